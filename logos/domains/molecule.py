@@ -1,0 +1,295 @@
+"""Molecules: SMILES/CSV/SDF files <-> ``<MoleculeS>canonical isomeric SMILES<MoleculeE>`` (RDKit).
+
+Canonical form: RDKit canonical isomeric SMILES of the sanitized molecule with explicit hydrogens
+removed (SDF hydrogens are folded into their heavy atoms). ``--kekule`` writes the kekulized
+canonical SMILES instead; ``--augment N`` adds N distinct randomized SMILES of the same molecule
+per record (seeded by the record's source, so reruns give the same text).
+
+The detokenizer parses every molecule span with RDKit and writes ``.smi`` (canonical SMILES and
+id) or ``.sdf`` (2D depiction, or a 3D conformer with ``--3d``: ETKDGv3 + MMFF, hydrogens added).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import zlib
+from pathlib import Path
+from typing import Iterator
+
+from rdkit import Chem, rdBase
+from rdkit.Chem import AllChem, rdDepictor
+
+from logos.domains import textfiles
+from logos.grammar import split_symbols
+from logos.records import RecordError, WorkItem, open_text
+
+NAME = "molecule"
+OPEN, CLOSE = "<MoleculeS>", "<MoleculeE>"
+LINE_SUFFIXES = (".smi", ".smiles", ".txt", ".csv", ".tsv")
+SDF_SUFFIXES = (".sdf", ".mol", ".sd")
+SMILES_COLUMNS = ("smiles", "canonical_smiles", "isomeric_smiles", "smi", "mol", "molecule")
+
+__all__ = ["parse_smiles", "canonical_smiles", "encode_mol", "molecules_in_text", "span"]
+
+
+# ---------------------------------------------------------------- RDKit error capture
+class _Captured(logging.Handler):
+    """Keeps RDKit's log lines so a failure's reason can be reported in one line."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record):
+        msg = record.getMessage()
+        self.lines.append(msg.split("] ", 1)[-1] if msg.startswith("[") else msg)
+
+
+_captured = _Captured()
+rdBase.LogToPythonLogger()
+_rdlog = logging.getLogger("rdkit")
+_rdlog.handlers = [_captured]
+_rdlog.propagate = False
+_rdlog.setLevel(logging.ERROR)
+
+
+def _reason(default: str) -> str:
+    lines = [l.strip() for l in _captured.lines if l.strip()]
+    _captured.lines.clear()
+    # RDKit's first line is the most specific ("unclosed ring", "Explicit valence ...").
+    return lines[0] if lines else default
+
+
+def parse_smiles(smiles: str) -> Chem.Mol:
+    """Sanitized RDKit molecule, or RecordError with RDKit's own reason."""
+    if not smiles:
+        raise RecordError("empty SMILES")
+    _captured.lines.clear()
+    mol = Chem.MolFromSmiles(smiles)
+    if mol is None:
+        raise RecordError(f"invalid SMILES {smiles[:80]!r}: {_reason('RDKit cannot parse it')}")
+    if mol.GetNumAtoms() == 0:
+        raise RecordError("SMILES has no atoms")
+    return mol
+
+
+def parse_molblock(block: str) -> Chem.Mol:
+    _captured.lines.clear()
+    mol = Chem.MolFromMolBlock(block, sanitize=True, removeHs=True)
+    if mol is None:
+        raise RecordError(f"invalid molecule block: {_reason('RDKit cannot read it')}")
+    if mol.GetNumAtoms() == 0:
+        raise RecordError("molecule has no atoms")
+    return mol
+
+
+def canonical_smiles(mol: Chem.Mol, kekule: bool = False) -> str:
+    if kekule:
+        mol = Chem.Mol(mol)
+        Chem.Kekulize(mol, clearAromaticFlags=True)
+        return Chem.MolToSmiles(mol, isomericSmiles=True, kekuleSmiles=True)
+    return Chem.MolToSmiles(mol, isomericSmiles=True)
+
+
+def span(smiles: str) -> str:
+    return OPEN + smiles + CLOSE
+
+
+# ---------------------------------------------------------------- encoder
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("molecules and reactions (SMILES, CSV, SDF)")
+    g.add_argument("--column", help="CSV/TSV column holding SMILES or reaction SMILES (default: detected)")
+    g.add_argument("--id-column", help="CSV/TSV column holding the record id (default: id/name/... if present)")
+    g.add_argument("--augment", type=int, default=0, metavar="N",
+                   help="also write N randomized SMILES per molecule (seeded by the record's source)")
+    g.add_argument("--kekule", action="store_true", help="write kekulized SMILES instead of aromatic")
+
+
+def options(args: argparse.Namespace) -> dict:
+    return {"augment": args.augment, "kekule": args.kekule, "column": args.column, "id_column": args.id_column}
+
+
+def claims(path: Path) -> bool:
+    name = path.name.lower().removesuffix(".gz")
+    return name.endswith(LINE_SUFFIXES + SDF_SUFFIXES)
+
+
+def read(path: Path, opts: dict) -> Iterator[WorkItem]:
+    name = path.name.lower().removesuffix(".gz")
+    if name.endswith(SDF_SUFFIXES):
+        yield from _read_sdf(path)
+    elif textfiles.is_table(path):
+        yield from textfiles.iter_table(path, opts.get("column"), SMILES_COLUMNS, _looks_like_smiles,
+                                        id_column=opts.get("id_column"))
+    else:
+        yield from textfiles.iter_lines(path, header_names=SMILES_COLUMNS)
+
+
+def count(path: Path) -> int:
+    name = path.name.lower().removesuffix(".gz")
+    if name.endswith(SDF_SUFFIXES):
+        with open_text(path) as fh:
+            return max(1, sum(1 for line in fh if line.startswith("$$$$")))
+    return textfiles.count_records(path)
+
+
+def _looks_like_smiles(value: str) -> bool:
+    _captured.lines.clear()
+    ok = " " not in value and ">" not in value and Chem.MolFromSmiles(value) is not None
+    _captured.lines.clear()
+    return ok
+
+
+def _read_sdf(path: Path) -> Iterator[WorkItem]:
+    """SDF records as mol-block strings (parsed in the workers); the title line is the id."""
+    with open_text(path) as fh:
+        block: list[str] = []
+        index = 0
+        for line in fh:
+            if line.startswith("$$$$"):
+                index += 1
+                yield _sdf_item(path, index, block)
+                block = []
+            else:
+                block.append(line)
+        if any(l.strip() for l in block):  # last record without a $$$$ terminator (.mol files)
+            index += 1
+            yield _sdf_item(path, index, block)
+
+
+def _sdf_item(path: Path, index: int, lines: list[str]) -> WorkItem:
+    source = f"{path}:{index}"
+    if not any(l.strip() for l in lines):
+        return WorkItem(source, None, extra={"error": "empty SDF record"})
+    title = lines[0].strip() or None
+    return WorkItem(source, "".join(lines), id=title, extra={"sdf": True})
+
+
+def encode_mol(mol: Chem.Mol, opts: dict, seed_key: str = "") -> list[str]:
+    """The grammar texts of one molecule: canonical first, then ``augment`` randomized variants."""
+    kekule = bool(opts.get("kekule"))
+    texts = [span(canonical_smiles(mol, kekule))]
+    n = int(opts.get("augment") or 0)
+    if n > 0:
+        base = Chem.Mol(mol)
+        if kekule:
+            Chem.Kekulize(base, clearAromaticFlags=True)
+        seed = zlib.crc32(seed_key.encode()) & 0x7FFFFFFF
+        seen = {texts[0]}
+        # Ask for more than needed: small molecules have few distinct random SMILES.
+        for smi in Chem.MolToRandomSmilesVect(base, 4 * n + 4, randomSeed=seed, isomericSmiles=True,
+                                              kekuleSmiles=kekule):
+            t = span(smi)
+            if t not in seen:
+                seen.add(t)
+                texts.append(t)
+            if len(texts) == n + 1:
+                break
+    return texts
+
+
+def encode(item: WorkItem, opts: dict) -> list[dict]:
+    mol = parse_molblock(item.payload) if item.extra.get("sdf") else parse_smiles(item.payload)
+    texts = encode_mol(mol, opts, item.source)
+    records = []
+    for k, text in enumerate(texts):
+        rec = {"text": text, "domain": NAME, "source": item.source}
+        if item.id:
+            rec["id"] = item.id
+        if k:
+            rec["meta"] = {"variant": k}
+        records.append(rec)
+    return records
+
+
+# ---------------------------------------------------------------- detokenizer
+def molecules_in_text(text: str) -> list[str]:
+    """The SMILES of every molecule span of a grammar text, in order."""
+    pieces = split_symbols(text)
+    out = []
+    for i, p in enumerate(pieces):
+        if p == OPEN:
+            if i + 2 >= len(pieces) or pieces[i + 2] != CLOSE or pieces[i + 1] in (OPEN, CLOSE):
+                raise RecordError(f"unclosed or empty {OPEN} span")
+            out.append(pieces[i + 1])
+    return out
+
+
+class SmilesWriter:
+    """``.smi``: one line per molecule span, ``canonical_SMILES<TAB>id``."""
+
+    suffixes = (".smi",)
+
+    def __init__(self, path: Path, args: argparse.Namespace | None = None):
+        self._fh = open(path, "w", encoding="utf-8")
+
+    def write(self, record: dict) -> int:
+        mols = _record_molecules(record)
+        ident = record.get("id") or record.get("source", "")
+        for i, mol in enumerate(mols):
+            name = ident if len(mols) == 1 else f"{ident}#{i + 1}"
+            self._fh.write(f"{Chem.MolToSmiles(mol)}\t{name}\n")
+        return len(mols)
+
+    def close(self):
+        self._fh.close()
+
+
+class SdfWriter:
+    """``.sdf``: one entry per molecule span with 2D coordinates, or a 3D conformer (``--3d``)."""
+
+    suffixes = (".sdf",)
+
+    def __init__(self, path: Path, args: argparse.Namespace | None = None):
+        self._writer = Chem.SDWriter(str(path))
+        self._3d = bool(getattr(args, "three_d", False))
+        self._seed = int(getattr(args, "seed", 0) or 0)
+
+    def write(self, record: dict) -> int:
+        mols = _record_molecules(record)
+        ident = record.get("id") or record.get("source", "")
+        for i, mol in enumerate(mols):
+            mol = embed_3d(mol, self._seed) if self._3d else _with_2d(mol)
+            mol.SetProp("_Name", ident if len(mols) == 1 else f"{ident}#{i + 1}")
+            mol.SetProp("smiles", Chem.MolToSmiles(Chem.RemoveHs(mol)))
+            if record.get("source"):
+                mol.SetProp("source", str(record["source"]))
+            self._writer.write(mol)
+        return len(mols)
+
+    def close(self):
+        self._writer.close()
+
+
+def _with_2d(mol: Chem.Mol) -> Chem.Mol:
+    mol = Chem.Mol(mol)
+    rdDepictor.Compute2DCoords(mol)
+    return mol
+
+
+def embed_3d(mol: Chem.Mol, seed: int = 0) -> Chem.Mol:
+    """A 3D conformer with hydrogens (ETKDGv3, then MMFF94 when parameters exist)."""
+    molh = Chem.AddHs(mol)
+    params = AllChem.ETKDGv3()
+    params.randomSeed = seed
+    if AllChem.EmbedMolecule(molh, params) != 0:
+        params.useRandomCoords = True
+        if AllChem.EmbedMolecule(molh, params) != 0:
+            raise RecordError(f"cannot embed a 3D conformer for {Chem.MolToSmiles(mol)}")
+    if AllChem.MMFFHasAllMoleculeParams(molh):
+        AllChem.MMFFOptimizeMolecule(molh, maxIters=500)
+    return molh
+
+
+def _record_molecules(record: dict) -> list[Chem.Mol]:
+    text = record["text"]
+    if any(op in text for op in ("<React>", "<ReverseReact>")):
+        raise RecordError("a reaction record: write it to .rsmi")
+    smiles = molecules_in_text(text)
+    if not smiles:
+        raise RecordError("record holds no molecule span")
+    return [parse_smiles(s) for s in smiles]
+
+
+WRITERS = (SmilesWriter, SdfWriter)

@@ -1,0 +1,154 @@
+"""Records and their files: JSONL in and out, input opening (gzip, binary check), the error log.
+
+A record is one JSON object per line: ``text`` (grammar text), ``domain``, ``source``
+(``file:record``), optional ``id`` and ``meta``. The first line of a tokenized file is a header
+object ``{"logos_header": {...}}`` with the grammar version and every encoder parameter (cut-offs,
+precision) used to write it; readers skip it.
+
+Bad input never raises past a record: encoders raise :class:`RecordError`, and the
+:class:`ErrorLog` prints one line on stderr (``file:record: reason``) and keeps a JSONL copy.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Iterator
+
+__all__ = [
+    "RecordError",
+    "InputError",
+    "WorkItem",
+    "ErrorLog",
+    "open_text",
+    "read_records",
+    "read_header",
+    "errors_path_for",
+]
+
+HEADER_KEY = "logos_header"
+
+
+class RecordError(ValueError):
+    """One input record (or a whole input file) that cannot be encoded or decoded; the message is the reason."""
+
+
+class InputError(RecordError):
+    """A whole input file is unusable (missing, unreadable, binary, not gzip, missing column)."""
+
+
+@dataclass
+class WorkItem:
+    """One unit of encoding work: where it came from and what an encoder needs (picklable)."""
+
+    source: str
+    payload: object
+    id: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def errors_path_for(out: Path) -> Path:
+    """``out.jsonl`` -> ``out.errors.jsonl`` (the error log that sits next to an output file)."""
+    name = out.name
+    for suffix in (".jsonl.gz", ".jsonl", ".gz"):
+        if name.endswith(suffix):
+            return out.with_name(name[: -len(suffix)] + ".errors.jsonl")
+    return out.with_name(out.stem + ".errors.jsonl")
+
+
+class ErrorLog:
+    """Collects bad records: one line each on stderr, and a JSONL file of ``{source, reason}``."""
+
+    def __init__(self, path: Path | None, echo=None):
+        self.path = path
+        self.count = 0
+        self._fh: IO[str] | None = None
+        self._echo = echo or (lambda line: print(line, file=sys.stderr))
+
+    def add(self, source: str, reason: str) -> None:
+        reason = " ".join(str(reason).split())  # always one line
+        self.count += 1
+        self._echo(f"{source}: {reason}")
+        if self.path is not None:
+            if self._fh is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._fh = open(self.path, "w", encoding="utf-8")
+            self._fh.write(json.dumps({"source": source, "reason": reason}) + "\n")
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+        elif self.path is not None and self.path.exists():
+            self.path.unlink()  # a stale log from an earlier run would mislead
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def open_text(path: Path) -> IO[str]:
+    """Open a text input, gzipped or not (by content, not name); InputError if it is unusable."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8192)
+    except OSError as e:
+        raise InputError(f"cannot read file: {e.strerror or e}") from None
+    if path.suffix == ".gz" and not head.startswith(_GZIP_MAGIC):
+        raise InputError("named .gz but is not gzip data")
+    if head.startswith(_GZIP_MAGIC):
+        try:
+            with gzip.open(path, "rb") as fh:
+                head = fh.read(8192)
+        except (OSError, EOFError) as e:
+            raise InputError(f"corrupt gzip data: {e}") from None
+        raw: IO[bytes] = gzip.open(path, "rb")
+    else:
+        raw = open(path, "rb")
+    if b"\x00" in head:
+        raw.close()
+        raise InputError("binary file, not text")
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if e.start < len(head) - 4:  # not just a multi-byte character cut at the 8 KiB boundary
+            raw.close()
+            raise InputError("binary file, not UTF-8 text") from None
+    return io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline=None)
+
+
+def read_header(path: Path) -> dict:
+    """The header of a tokenized JSONL file ({} when it has none)."""
+    with open_text(path) as fh:
+        first = fh.readline()
+    try:
+        obj = json.loads(first)
+    except json.JSONDecodeError:
+        return {}
+    return obj.get(HEADER_KEY, {}) if isinstance(obj, dict) else {}
+
+
+def read_records(path: Path, errors: ErrorLog | None = None) -> Iterator[dict]:
+    """Yield the records of a JSONL file; lines that are not records go to ``errors``."""
+    with open_text(path) as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            source = f"{path}:{lineno}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                if errors is not None:
+                    errors.add(source, f"not JSON: {e.msg}")
+                continue
+            if isinstance(obj, dict) and HEADER_KEY in obj:
+                continue
+            if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+                if errors is not None:
+                    errors.add(source, "not a record: needs a string field 'text'")
+                continue
+            obj.setdefault("source", source)
+            yield obj
