@@ -1,0 +1,198 @@
+"""Crystal and MOF benchmark: round trip on Materials Project crystals, MOF split rate, throughput.
+
+(a) Round trip: every (or a seeded sample of) matbench_dielectric structure is tokenized, detokenized
+    to a CIF, read back with pymatgen (and gemmi), and compared with pymatgen's ``StructureMatcher``
+    (default tolerances); the space group of input and output (``SpacegroupAnalyzer``, default
+    symprec 0.01) must agree. CoRE MOF: share of a seeded sample split cleanly. Failures with
+    reasons go to ``--failures`` (JSONL).
+(b) Throughput on the same CIF files, in one run: ``logos tokenize`` (in-process, 1 worker) against
+    a bare gemmi read + unit-cell expansion + one spglib dataset call.
+
+    python benchmarks/crystal_bench.py --mp-sample 0 --mof-sample 500 --speed-files 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import random
+import signal
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import gemmi
+import numpy as np
+import spglib
+
+from logos import data
+from logos.domains import crystal as C
+from logos.domains import mof as M
+from logos.records import RecordError
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Timeout()
+
+
+def _init():
+    warnings.filterwarnings("ignore")
+    signal.signal(signal.SIGALRM, _alarm)
+
+
+def _roundtrip(args):
+    key, obj = args
+    from pymatgen.analysis.structure_matcher import StructureMatcher
+    from pymatgen.core import Structure
+    from pymatgen.symmetry.analyzer import SpacegroupAnalyzer
+
+    signal.alarm(60)
+    try:
+        s_in = Structure.from_dict(obj)
+        text = C.encode_crystal(C.crystal_from_dict(obj))
+        cif = C.crystal_to_cif(C.decode_text(text), key)
+        s_out = Structure.from_str(cif, fmt="cif")
+        small = gemmi.make_small_structure_from_block(gemmi.cif.read_string(cif).sole_block())
+        small.setup_cell_images()
+        if len(small.get_all_unit_cell_sites()) != len(s_out):
+            return key, False, f"gemmi reads {len(small.get_all_unit_cell_sites())} atoms, pymatgen {len(s_out)}"
+        if not StructureMatcher().fit(s_in, s_out):
+            return key, False, f"StructureMatcher: not the same structure ({text[:120]})"
+        sg_in = SpacegroupAnalyzer(s_in).get_space_group_number()
+        sg_out = SpacegroupAnalyzer(s_out).get_space_group_number()
+        if sg_in != sg_out:
+            return key, False, f"space group {sg_in} -> {sg_out}"
+        return key, True, ""
+    except _Timeout:
+        return key, False, "timeout (60 s)"
+    except RecordError as e:
+        return key, False, f"rejected: {e}"
+    except Exception as e:
+        return key, False, f"error {type(e).__name__}: {e}"
+    finally:
+        signal.alarm(0)
+
+
+def _mof(args):
+    name, text = args
+    signal.alarm(60)
+    try:
+        node, linkers = M.split_framework(C.read_cif_block(text))
+        return name, True, node + " | " + " ".join(linkers)
+    except _Timeout:
+        return name, False, "timeout (60 s)"
+    except RecordError as e:
+        return name, False, str(e)
+    except Exception as e:
+        return name, False, f"error {type(e).__name__}: {e}"
+    finally:
+        signal.alarm(0)
+
+
+def _category(reason: str) -> str:
+    for key in ("overlapping", "no organic linker", "bond orders", "polymeric", "holds no metal",
+                "no metal", "partially occupied", "timeout", "StructureMatcher", "space group", "gemmi reads",
+                "spglib", "rejected", "error"):
+        if key in reason:
+            return key
+    return reason[:40]
+
+
+def _bare(paths: list[Path]) -> int:
+    n = 0
+    for p in paths:
+        doc = gemmi.cif.read(str(p))
+        small = gemmi.make_small_structure_from_block(doc.sole_block())
+        small.setup_cell_images()
+        sites = small.get_all_unit_cell_sites()
+        lattice = np.array(small.cell.orth.mat.tolist()).T
+        frac = np.array([s.fract.tolist() for s in sites])
+        numbers = [s.element.atomic_number for s in sites]
+        spglib.get_symmetry_dataset((lattice, frac, numbers), symprec=0.01)
+        n += 1
+    return n
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mp-sample", type=int, default=0, help="seeded sample of MP structures (0 = all 4,764)")
+    ap.add_argument("--mof-sample", type=int, default=500, help="seeded sample of CoRE MOF frameworks")
+    ap.add_argument("--speed-files", type=int, default=500, help="CIF files for the throughput rows")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--failures", default="crystal_bench_failures.jsonl")
+    args = ap.parse_args(argv)
+    fails = open(args.failures, "w", encoding="utf-8")
+    ctx = mp.get_context("fork")
+
+    # (a) MP round trip
+    table = json.loads(data.fetch("mp-dielectric").read_text())["structure"]
+    keys = sorted(table, key=lambda k: int(k.rsplit("-", 1)[-1]))
+    if args.mp_sample and args.mp_sample < len(keys):
+        keys = sorted(random.Random(args.seed).sample(keys, args.mp_sample), key=lambda k: int(k.rsplit("-", 1)[-1]))
+    t = time.perf_counter()
+    with ctx.Pool(args.workers, initializer=_init) as pool:
+        results = pool.map(_roundtrip, [(k, table[k]) for k in keys], chunksize=16)
+    ok = sum(r[1] for r in results)
+    cats: dict[str, int] = {}
+    for key, good, reason in results:
+        if not good:
+            cats[_category(reason)] = cats.get(_category(reason), 0) + 1
+            fails.write(json.dumps({"set": "mp-dielectric", "id": key, "reason": reason}) + "\n")
+    print(f"MP round trip: {ok}/{len(results)} = {100 * ok / len(results):.2f}% "
+          f"({'all' if len(keys) == len(table) else f'seeded sample, seed {args.seed}'}; {time.perf_counter() - t:.0f} s); "
+          f"failures: {cats}", flush=True)
+
+    # (a) CoRE MOF split
+    blocks = list(C.cif_blocks(data.fetch("core-mof")))
+    rng = random.Random(args.seed)
+    sample = rng.sample(blocks, min(args.mof_sample, len(blocks)))
+    t = time.perf_counter()
+    with ctx.Pool(args.workers, initializer=_init) as pool:
+        results = pool.map(_mof, sample, chunksize=4)
+    ok = sum(r[1] for r in results)
+    cats = {}
+    for name, good, reason in results:
+        if not good:
+            cats[_category(reason)] = cats.get(_category(reason), 0) + 1
+            fails.write(json.dumps({"set": "core-mof", "id": name, "reason": reason}) + "\n")
+    print(f"CoRE MOF split cleanly: {ok}/{len(results)} = {100 * ok / len(results):.1f}% "
+          f"(seeded sample of {len(blocks)}, seed {args.seed}; {time.perf_counter() - t:.0f} s); failures: {cats}",
+          flush=True)
+    fails.close()
+
+    # (b) throughput on the same CIF files
+    from pymatgen.core import Structure
+    from pymatgen.io.cif import CifWriter
+
+    from logos.encode import tokenize_files
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        all_keys = sorted(table, key=lambda k: int(k.rsplit("-", 1)[-1]))
+        pick = random.Random(args.seed).sample(all_keys, min(args.speed_files, len(all_keys)))
+        paths = []
+        for k in pick:
+            p = folder / f"{k}.cif"
+            p.write_text(str(CifWriter(Structure.from_dict(table[k]), symprec=0.1)))
+            paths.append(p)
+        t = time.perf_counter()
+        n_bare = _bare(paths)
+        bare = time.perf_counter() - t
+        opts = {"crystal": C.options(argparse.Namespace()), "mof": M.options(argparse.Namespace())}
+        result = tokenize_files(paths, folder / "out.jsonl", opts, workers=1, progress=False, echo=lambda line: None)
+        print(f"throughput on {len(paths)} MP CIF files (symmetrized by pymatgen CifWriter, symprec 0.1), 1 process: "
+              f"logos tokenize {result.records / result.seconds:.1f} crystals/s ({result.errors} rejected); "
+              f"bare gemmi read + spglib dataset {n_bare / bare:.1f} crystals/s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""Validity of generated crystals and MOFs, for ``logos generate`` summaries and for evaluation.
+
+A crystal text is checked four ways (each independent, each with a reason when it fails):
+
+- structural: every interatomic distance in the expanded cell (periodic images included) is at
+  least ``MIN_DISTANCE`` = 0.5 Angstrom and the cell volume at least ``MIN_VOLUME`` = 0.1 Angstrom^3
+  (the CDVAE/DiffCSP convention); species sharing one position with occupancies summing to at most
+  1 are one disordered site, not a clash;
+- compositional: SMACT charge neutrality with the Pauling electronegativity test
+  (``smact.screening.smact_validity``; pure metals/alloys count as valid);
+- space-group consistency: spglib, at ``SYMPREC`` = 0.1 Angstrom, finds the stated space group in
+  the expanded cell;
+- multiplicity consistency: every written Wyckoff letter exists in the stated group and its
+  multiplicity (International Tables, :mod:`logos.wyckoff`) equals the number of atoms the site
+  expands to, so the written letters reproduce the composition.
+
+:func:`check_crystal` runs them on one text; :func:`summarize` gives rates over many texts (what a
+generation summary prints). MOFs: :func:`logos.domains.mof.mof_validity`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from typing import Iterable
+
+import numpy as np
+import spglib
+from scipy.spatial import cKDTree
+
+from logos.domains import crystal as C
+from logos.grammar import GrammarError, validate
+from logos.records import RecordError
+from logos.wyckoff import multiplicity
+
+__all__ = ["CrystalValidity", "check_crystal", "structural_validity", "compositional_validity",
+           "space_group_consistency", "multiplicity_consistency", "summarize", "MIN_DISTANCE", "MIN_VOLUME"]
+
+MIN_DISTANCE = 0.5  # Angstrom
+MIN_VOLUME = 0.1  # Angstrom^3
+SYMPREC = 0.1  # Angstrom
+
+
+@dataclass
+class CrystalValidity:
+    """The outcome of every check; ``valid`` is all four. ``None``: not checked (the text did not parse)."""
+
+    parsed: bool = False
+    structural: bool | None = None
+    compositional: bool | None = None
+    space_group: bool | None = None
+    multiplicity: bool | None = None
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return bool(self.parsed and self.structural and self.compositional and self.space_group and self.multiplicity)
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "valid": self.valid}
+
+
+def _merged(cell: C.Crystal) -> tuple[np.ndarray, list[dict[str, float]]]:
+    """Distinct positions (fractional) and the species with occupancy on each."""
+    matrix = cell.matrix()
+    positions: list[np.ndarray] = []
+    species: list[dict[str, float]] = []
+    for s in cell.sites:
+        p = np.asarray(s.frac, dtype=float) % 1.0
+        for k, q in enumerate(positions):
+            d = (p - q) - np.round(p - q)
+            if np.linalg.norm(d @ matrix) < 1e-3:
+                species[k][s.element] = species[k].get(s.element, 0.0) + s.occ
+                break
+        else:
+            positions.append(p)
+            species.append({s.element: s.occ})
+    return np.array(positions), species
+
+
+def structural_validity(cell: C.Crystal, min_distance: float = MIN_DISTANCE,
+                        min_volume: float = MIN_VOLUME) -> tuple[bool, str]:
+    """(ok, reason) for a full unit cell: all distances >= min_distance, volume >= min_volume."""
+    matrix = cell.matrix()
+    volume = abs(float(np.linalg.det(matrix)))
+    if not np.isfinite(volume) or volume < min_volume:
+        return False, f"cell volume {volume:.3g} A^3 < {min_volume}"
+    positions, species = _merged(cell)
+    for sp in species:
+        if sum(sp.values()) > 1.001:
+            return False, f"atoms closer than 0.001 A ({', '.join(sp)})"
+    cart = positions @ matrix
+    # every image within min_distance of the home cell: enough cells to cover the thinnest width
+    widths = volume / np.linalg.norm(np.cross(matrix[[1, 2, 0]], matrix[[2, 0, 1]]), axis=1)
+    reps = np.ceil(min_distance / widths).astype(int)
+    shifts = np.array([(i, j, k) for i in range(-reps[0], reps[0] + 1) for j in range(-reps[1], reps[1] + 1)
+                       for k in range(-reps[2], reps[2] + 1)])
+    images = (cart[None] + (shifts @ matrix)[:, None]).reshape(-1, 3)
+    dist, _ = cKDTree(images).query(cart, k=2)  # nearest is the atom itself
+    shortest = float(dist[:, 1].min()) if len(images) > 1 else float("inf")
+    if shortest < min_distance:
+        i = int(dist[:, 1].argmin())
+        return False, f"atoms {shortest:.3f} A apart (< {min_distance} A) near {','.join(species[i])}"
+    return True, ""
+
+
+def _composition(cell: C.Crystal) -> dict[str, int]:
+    counts: dict[str, Fraction] = {}
+    for s in cell.sites:
+        counts[s.element] = counts.get(s.element, Fraction(0)) + Fraction(s.occ).limit_denominator(1000)
+    scale = 1
+    for v in counts.values():
+        scale = scale * v.denominator // np.gcd(scale, v.denominator)
+    return {e: int(v * scale) for e, v in counts.items() if v > 0}
+
+
+def compositional_validity(composition: dict[str, int] | str) -> tuple[bool, str]:
+    """(ok, reason): SMACT charge neutrality + Pauling electronegativity test (alloys valid)."""
+    try:
+        from pymatgen.core import Composition
+        from smact.screening import smact_validity
+    except ImportError:  # pragma: no cover
+        raise RuntimeError("compositional validity needs smact (pip install 'logos[materials]')") from None
+    comp = Composition(composition)
+    try:
+        ok = bool(smact_validity(comp, use_pauling_test=True, include_alloys=True))
+    except Exception as e:  # SMACT lacks data for some elements (noble gases, actinides)
+        return False, f"SMACT cannot judge {comp.reduced_formula}: {type(e).__name__}: {e}"
+    return ok, "" if ok else f"{comp.reduced_formula}: no charge-neutral, electronegativity-ordered oxidation states"
+
+
+def space_group_consistency(cell: C.Crystal, stated: int, symprec: float = SYMPREC) -> tuple[bool, str]:
+    positions, species = _merged(cell)
+    kinds: dict[tuple, int] = {}
+    types = [kinds.setdefault(tuple(sorted((e, round(o, 3)) for e, o in sp.items())), len(kinds) + 1) for sp in species]
+    try:
+        ds = spglib.get_symmetry_dataset((cell.matrix(), positions, types), symprec=symprec)
+    except Exception as e:
+        return False, f"spglib: {e}"
+    if ds is None:
+        return False, f"spglib finds no symmetry: {spglib.get_error_message()}"
+    if int(ds.number) != stated:
+        return False, f"stated space group {stated}, spglib finds {ds.number} at symprec {symprec}"
+    return True, ""
+
+
+def multiplicity_consistency(asym: C.Crystal, sizes: list[int]) -> tuple[bool, str]:
+    problems = []
+    for site, size in zip(asym.sites, sizes):
+        try:
+            m = multiplicity(asym.space_group, site.wyckoff)
+        except KeyError as e:
+            problems.append(str(e.args[0]))
+            continue
+        if m != size:
+            problems.append(f"{site.element} at {site.wyckoff} ({m}) expands to {size} atoms")
+    return (not problems), "; ".join(problems[:3])
+
+
+def check_crystal(text: str) -> CrystalValidity:
+    """All four checks on one grammar text (any ``<CrystalS>`` record)."""
+    out = CrystalValidity()
+    try:
+        validate(text)
+        asym, sizes = C.expand(C.parse_crystal_text(text))
+        cell = C.unit_cell(asym)
+    except (GrammarError, RecordError) as e:
+        out.reasons.append(str(e))
+        return out
+    out.parsed = True
+    for name, (ok, reason) in (
+        ("structural", structural_validity(cell)),
+        ("compositional", compositional_validity(_composition(cell))),
+        ("space_group", space_group_consistency(cell, asym.space_group)),
+        ("multiplicity", multiplicity_consistency(asym, sizes)),
+    ):
+        setattr(out, name, ok)
+        if not ok:
+            out.reasons.append(f"{name}: {reason}")
+    return out
+
+
+def summarize(texts: Iterable[str]) -> dict:
+    """Rates over many generated crystal texts: parsed, each check, all valid, unique valid."""
+    results = [(t, check_crystal(t)) for t in texts]
+    n = len(results)
+    if not n:
+        return {"n": 0}
+    rate = lambda f: sum(1 for _, r in results if f(r)) / n  # noqa: E731
+    return {
+        "n": n,
+        "parsed": rate(lambda r: r.parsed),
+        "structural": rate(lambda r: r.structural),
+        "compositional": rate(lambda r: r.compositional),
+        "space_group": rate(lambda r: r.space_group),
+        "multiplicity": rate(lambda r: r.multiplicity),
+        "valid": rate(lambda r: r.valid),
+        "unique_valid": len({t for t, r in results if r.valid}) / n,
+    }
