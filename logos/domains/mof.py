@@ -28,7 +28,7 @@ Split (one CIF data block -> one record):
    ``Cu2`` for a paddle-wheel.
 
 A framework that cannot be split cleanly (no metal, no organic linker, a polymeric organic part,
-bond orders that no charge explains) is rejected with the reason, and counted in the error log.
+bond orders that no charge explains, an inorganic counter-ion bonded to no metal) is rejected with the reason, and counted in the error log.
 
 Detokenizers: ``.json`` writes ``[{"id", "node", "linkers"}, ...]``; the molecule ``.sdf`` writer
 writes the linkers (one SDF entry per linker span). :func:`mof_validity` checks a generated MOF:
@@ -223,7 +223,8 @@ def split_framework(crystal: crystal_domain.Crystal, tolerance: float = DEFAULT_
     parts = set()
     for members, _, dim in _components(sorted(inorganic), node_adj):
         if not any(metal[a] for a in members):
-            raise RecordError(f"inorganic fragment {_formula(elements[a] for a in members)} holds no metal")
+            raise RecordError(f"extra-framework ion or molecule {_formula(elements[a] for a in members)} "
+                              "(bonded to no metal; charged framework)")
         text = _formula((elements[a] for a in members), reduce_counts=bool(dim))
         parts.add(text + (f"{{{dim}D}}" if dim else ""))
     return ".".join(sorted(parts)), sorted(linkers)
