@@ -134,7 +134,8 @@ def space_group_consistency(cell: C.Crystal, stated: int, symprec: float = SYMPR
     kinds: dict[tuple, int] = {}
     types = [kinds.setdefault(tuple(sorted((e, round(o, 3)) for e, o in sp.items())), len(kinds) + 1) for sp in species]
     try:
-        ds = spglib.get_symmetry_dataset((cell.matrix(), positions, types), symprec=symprec)
+        with C.quiet_spglib():
+            ds = spglib.get_symmetry_dataset((cell.matrix(), positions, types), symprec=symprec)
     except Exception as e:
         return False, f"spglib: {e}"
     if ds is None:

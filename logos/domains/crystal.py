@@ -36,9 +36,11 @@ one CIF per record into the folder ``out/``; ``--cif-multi-block`` writes one mu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import re
+import warnings
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -309,13 +311,27 @@ def crystal_from_poscar(text: str) -> Crystal:
 
 
 # ---------------------------------------------------------------- symmetry
-@functools.lru_cache(maxsize=None)
+@contextlib.contextmanager
+def quiet_spglib():
+    """Silence spglib's per-call DeprecationWarning about its old error handling (the switch is
+    module-wide and shared with pymatgen, so it is left as it is)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        yield
+
+
+@functools.lru_cache(maxsize=1)
+def _first_hall_numbers() -> dict[int, int]:
+    first: dict[int, int] = {}
+    with quiet_spglib():
+        for hall in range(1, 531):
+            first.setdefault(int(spglib.get_spacegroup_type(hall).number), hall)
+    return first
+
+
 def first_hall_number(space_group: int) -> int:
     """The Hall number of the space group's first (standard) setting in spglib's table."""
-    for hall in range(1, 531):
-        if spglib.get_spacegroup_type(hall).number == space_group:
-            return hall
-    raise KeyError(space_group)
+    return _first_hall_numbers()[space_group]
 
 
 @functools.lru_cache(maxsize=None)
@@ -323,7 +339,8 @@ def space_group_operations(space_group: int) -> tuple[np.ndarray, np.ndarray]:
     """(rotations (n,3,3) int, translations (n,3)) of the standard setting, centering included."""
     if not 1 <= space_group <= 230:
         raise RecordError(f"space group {space_group} outside 1..230")
-    sym = spglib.get_symmetry_from_database(first_hall_number(space_group))
+    with quiet_spglib():
+        sym = spglib.get_symmetry_from_database(first_hall_number(space_group))
     return np.asarray(sym["rotations"], dtype=int), np.asarray(sym["translations"], dtype=float)
 
 
@@ -362,7 +379,8 @@ def _composite_cell(crystal: Crystal) -> tuple[np.ndarray, np.ndarray, list[tupl
 
 def symmetry_dataset(lattice: np.ndarray, positions: np.ndarray, types: np.ndarray, symprec: float):
     try:
-        ds = spglib.get_symmetry_dataset((lattice, positions, types), symprec=symprec)
+        with quiet_spglib():
+            ds = spglib.get_symmetry_dataset((lattice, positions, types), symprec=symprec)
     except Exception as e:  # spglib >= 2.5 raises SpglibError
         raise RecordError(f"spglib finds no symmetry at symprec {symprec}: {e}") from None
     if ds is None:
@@ -580,7 +598,8 @@ def crystal_to_cif(crystal: Crystal, name: str = "crystal") -> str:
     """A CIF data block for a crystal given by its (snapped) asymmetric unit and space group."""
     sg = crystal.space_group
     hall = first_hall_number(sg)
-    sgt = spglib.get_spacegroup_type(hall)
+    with quiet_spglib():
+        sgt = spglib.get_spacegroup_type(hall)
     rots, trans = space_group_operations(sg)
     lines = [f"data_{_cif_name(name)}",
              f"_symmetry_space_group_name_H-M   '{sgt.international_full}'",
