@@ -15,9 +15,13 @@ Split (one CIF data block -> one record):
    rest (oxo, hydroxo, water, halide ...) stays with the metals.
 4. Each linker is unwrapped across the periodic boundary, its bond orders are determined from the
    geometry (RDKit ``DetermineBondOrders``, the xyz2mol method) for every total charge in
-   0, -1, ..., -6, +1, +2, and the assignment with the most plausible formal charges wins
+   0, -1, ..., -6, +1, +2 (hydrogen keeps only its shortest bond), and the assignment with the most plausible formal charges wins
    (deprotonated O/S/N donors are free, charged carbon costs most; ties: the charge listed first),
-   so deprotonated carboxylates come out as ``[O-]``; stereo is taken from
+   so deprotonated carboxylates come out as ``[O-]``. A linker whose valence search would exceed
+   ``MAX_VALENCE_CHOICES`` combinations (xyz2mol is exhaustive and can run for hours), or for which
+   no charge works, gets its
+   bond orders from a maximum matching of free valences instead (leftover O/N/S valences become
+   negative charges). Stereo is taken from
    the 3D coordinates, and it is written as RDKit canonical isomeric SMILES without hydrogens.
    Distinct linkers are written once each, sorted by SMILES.
 5. The node string is the canonical description of the inorganic part: the connected components of
@@ -61,6 +65,11 @@ DEFAULT_BOND_TOLERANCE = 0.4
 MIN_DISTANCE = 0.5
 NON_METALS = frozenset("H He B C N O F Ne Si P S Cl Ar As Se Br Kr Te I Xe At Rn".split())
 CHARGES = (0, -1, -2, -3, -4, -5, -6, 1, 2)
+# Valences RDKit's xyz2mol tries per element; the search is their product over the atoms, so a
+# linker with many multi-valent atoms (S, P, N with missing H) is refused instead of hanging.
+_VALENCES = {"H": (1,), "B": (3, 4), "C": (4,), "N": (3, 4), "O": (2, 1, 3), "F": (1,), "Si": (4,), "P": (5, 3),
+             "S": (6, 3, 2), "Cl": (1,), "Br": (1,), "I": (1,), "Se": (2, 4, 6), "Te": (2, 4, 6), "As": (3, 5)}
+MAX_VALENCE_CHOICES = 65536
 
 __all__ = ["split_framework", "encode_framework", "parse_mof_text", "mof_validity", "JsonWriter"]
 
@@ -95,8 +104,16 @@ def periodic_bonds(crystal: crystal_domain.Crystal, tolerance: float) -> tuple[n
                 raise RecordError(f"atoms {crystal.sites[i].element}{i + 1} and {crystal.sites[j].element}{j + 1} "
                                   f"are {d:.2f} Angstrom apart (overlapping or disordered sites)")
             if d <= radii[i] + radii[j] + tolerance:
-                bonds.append((i, j, shift))
-    return cart, bonds
+                bonds.append((i, j, shift, d))
+    # hydrogen keeps only its shortest bond (a short hydrogen bond is not a second covalent bond)
+    nearest: dict[int, float] = {}
+    for i, j, _, d in bonds:
+        for a in (i, j):
+            if crystal.sites[a].element == "H":
+                nearest[a] = min(nearest.get(a, d), d)
+    kept = [(i, j, shift) for i, j, shift, d in bonds
+            if all(crystal.sites[a].element != "H" or d == nearest[a] for a in (i, j))]
+    return cart, kept
 
 
 def _components(atoms: Iterable[int], adjacency: dict[int, list[tuple[int, np.ndarray]]]):
@@ -138,6 +155,12 @@ def _linker_smiles(members: list[int], offsets: dict, crystal, cart: np.ndarray,
     mol = mol.GetMol()
     mol.AddConformer(conf, assignId=True)
     formula = _formula([crystal.sites[a].element for a in members])
+    choices = 1
+    for atom in mol.GetAtoms():
+        options = [v for v in _VALENCES.get(atom.GetSymbol(), (0,)) if v >= atom.GetDegree()]
+        choices *= max(1, len(options))
+    if choices > MAX_VALENCE_CHOICES:
+        return _matched_smiles(mol, formula)
     best = None
     for order, charge in enumerate(CHARGES):
         trial = Chem.Mol(mol)
@@ -151,13 +174,84 @@ def _linker_smiles(members: list[int], offsets: dict, crystal, cart: np.ndarray,
         score = (_charge_penalty(trial), order)
         if best is None or score < best[0]:
             best = (score, trial)
-    if best is not None:
-        trial = best[1]
-        Chem.AssignStereochemistryFrom3D(trial)
-        smiles = canonical_smiles(Chem.RemoveHs(trial))
-        parse_smiles(smiles)  # the written SMILES must read back
-        return smiles
-    raise RecordError(f"cannot determine bond orders for linker {formula} (no total charge in {CHARGES} fits)")
+        if score[0] == 0:
+            break  # nothing beats a plausible assignment at the charge listed first
+    if best is None:
+        return _matched_smiles(mol, formula)  # raises with the reason when matching fails too
+    trial = best[1]
+    Chem.AssignStereochemistryFrom3D(trial)
+    smiles = canonical_smiles(Chem.RemoveHs(trial))
+    parse_smiles(smiles)  # the written SMILES must read back
+    return smiles
+
+
+_TARGET = {"H": 1, "B": 3, "C": 4, "N": 3, "O": 2, "F": 1, "Si": 4, "P": 3, "S": 2, "Cl": 1, "Br": 1, "I": 1,
+           "Se": 2, "Te": 2, "As": 3}
+
+
+def _target_valence(symbol: str, degree: int) -> tuple[int, int]:
+    """(valence, formal charge) an atom of this degree is given before bonds are raised."""
+    if symbol == "N" and degree == 4:
+        return 4, 1
+    if symbol == "B" and degree == 4:
+        return 4, -1
+    if symbol in ("S", "Se", "Te") and degree > 2:
+        return (4 if degree == 3 else 6), 0
+    if symbol in ("P", "As") and degree > 3:
+        return 5, 0
+    return _TARGET.get(symbol, degree), 0
+
+
+def _matched_smiles(mol: Chem.Mol, formula: str) -> str:
+    """Bond orders by maximum matching of unsaturated valences (for linkers too large for xyz2mol).
+
+    Each atom gets ``target valence - degree`` free slots; a maximum-weight matching between slots of
+    bonded atoms (carbon slots weigh more) raises bond orders; an O, N or S slot left over is a
+    negative charge (carboxylate, azolate), a carbon slot left over is an error.
+    """
+    import networkx as nx
+
+    graph = nx.Graph()
+    free: dict[int, int] = {}
+    charges: dict[int, int] = {}
+    for atom in mol.GetAtoms():
+        valence, charge = _target_valence(atom.GetSymbol(), atom.GetDegree())
+        free[atom.GetIdx()] = valence - atom.GetDegree()
+        charges[atom.GetIdx()] = charge
+        if free[atom.GetIdx()] < 0:
+            raise RecordError(f"cannot determine bond orders for linker {formula}: "
+                              f"{atom.GetSymbol()} with {atom.GetDegree()} bonds")
+    for bond in mol.GetBonds():
+        i, j = bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()
+        w = 1 + (mol.GetAtomWithIdx(i).GetSymbol() == "C") + (mol.GetAtomWithIdx(j).GetSymbol() == "C")
+        for a in range(free[i]):
+            for b in range(free[j]):
+                graph.add_edge((i, a), (j, b), weight=w)
+    rw = Chem.RWMol(mol)
+    left = dict(free)
+    for u, v in nx.max_weight_matching(graph):
+        bond = rw.GetBondBetweenAtoms(u[0], v[0])
+        bond.SetBondType({1: Chem.BondType.DOUBLE, 2: Chem.BondType.TRIPLE}.get(
+            int(bond.GetBondTypeAsDouble()), Chem.BondType.TRIPLE))
+        left[u[0]] -= 1
+        left[v[0]] -= 1
+    for idx, n in left.items():
+        atom = rw.GetAtomWithIdx(idx)
+        if n and atom.GetSymbol() in ("O", "N", "S", "Se"):
+            charges[idx] -= n
+        elif n:
+            raise RecordError(f"cannot determine bond orders for linker {formula}: "
+                              f"{n} unpaired valence(s) on {atom.GetSymbol()}")
+        atom.SetFormalCharge(charges[idx])
+    out = rw.GetMol()
+    try:
+        Chem.SanitizeMol(out)
+    except Exception as e:
+        raise RecordError(f"cannot determine bond orders for linker {formula}: {e}") from None
+    Chem.AssignStereochemistryFrom3D(out)
+    smiles = canonical_smiles(Chem.RemoveHs(out))
+    parse_smiles(smiles)
+    return smiles
 
 
 def _charge_penalty(mol: Chem.Mol) -> int:
