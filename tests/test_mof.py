@@ -1,0 +1,93 @@
+"""MOF split on real CoRE MOF 2019 frameworks: hand-checked nodes and linkers, errors, writers, validity."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rdkit import Chem
+
+from logos.cli import main
+from logos.domains import crystal, mof
+from logos.grammar import validate
+from logos.records import RecordError, WorkItem
+
+ASSETS = Path(__file__).parent / "assets" / "mof"
+BDC = "O=C([O-])c1ccc(C(=O)[O-])cc1"  # terephthalate (1,4-benzenedicarboxylate)
+BTC = "O=C([O-])c1cc(C(=O)[O-])cc(C(=O)[O-])c1"  # trimesate (1,3,5-benzenetricarboxylate)
+BIPY = "c1cc(-c2ccncc2)ccn1"  # 4,4'-bipyridine
+
+# Hand-checked against the published structures: EDUSIF is a MOF-5 (IRMOF-1) analogue, Zn4O(BDC)3;
+# FIQCEN is HKUST-1, Cu paddle-wheels Cu2(BTC); ECIWUJ is a Zn(BDC)(4,4'-bipy) pillared framework.
+EXPECTED = {
+    "EDUSIF_clean": ("Zn4O", [BDC]),
+    "FIQCEN_clean": ("Cu2", [BTC]),
+    "ECIWUJ_clean": ("Zn", [BDC, BIPY]),
+    "FUTYEA_clean": ("Zn", [BTC]),
+}
+BROKEN = {
+    "DAYCAI_clean": "Angstrom apart (overlapping or disordered sites)",
+    "TIMMIM_charged": "extra-framework ion or molecule BF4",
+}
+
+
+def split(name: str) -> tuple[str, list[str]]:
+    return mof.split_framework(crystal.read_cif_block((ASSETS / f"{name}.cif").read_text()))
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_hand_checked_frameworks(name):
+    node, linkers = split(name)
+    assert (node, linkers) == (EXPECTED[name][0], sorted(Chem.CanonSmiles(s) for s in EXPECTED[name][1]))
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_unclean_frameworks_are_rejected_with_reason(name):
+    with pytest.raises(RecordError, match=BROKEN[name].replace("(", r"\(").replace(")", r"\)")):
+        split(name)
+
+
+def test_matching_fallback_agrees_with_xyz2mol(monkeypatch):
+    monkeypatch.setattr(mof, "MAX_VALENCE_CHOICES", 0)  # force the matching path
+    for name, expected in EXPECTED.items():
+        assert split(name) == (expected[0], sorted(Chem.CanonSmiles(s) for s in expected[1]))
+
+
+def test_not_a_mof():
+    nacl = (Path(__file__).parent / "assets" / "crystal" / "NaCl.cif").read_text()
+    with pytest.raises(RecordError, match="no organic linker"):
+        mof.encode(WorkItem("x", nacl), {})
+
+
+def test_cli_tokenize_and_detokenize(tmp_path, capsys):
+    out = tmp_path / "mof.jsonl"
+    files = sorted(ASSETS.glob("*.cif"))
+    code = main(["tokenize", *map(str, files), "--domain", "mof", "-o", str(out), "-q"])
+    assert code == 1  # the two unclean frameworks
+    err = capsys.readouterr().err
+    assert "DAYCAI_clean" in err and "TIMMIM_charged" in err
+    recs = [json.loads(l) for l in out.read_text().splitlines()[1:]]
+    assert len(recs) == len(EXPECTED)
+    for rec in recs:
+        validate(rec["text"])
+        assert rec["domain"] == "mof"
+    edusif = next(r for r in recs if r["id"] == "EDUSIF_clean")
+    assert edusif["text"] == f"<MaterialS><MetalS>Zn4O<MetalE><MoleculeS>{BDC}<MoleculeE><MaterialE>"
+
+    assert main(["detokenize", str(out), "-o", str(tmp_path / "mof.json"), "-q"]) == 0
+    objs = json.loads((tmp_path / "mof.json").read_text())
+    assert {o["id"]: (o["node"], o["linkers"]) for o in objs}["FIQCEN_clean"] == ("Cu2", [BTC])
+
+    assert main(["detokenize", str(out), "-o", str(tmp_path / "linkers.sdf"), "-q"]) == 0
+    mols = [m for m in Chem.SDMolSupplier(str(tmp_path / "linkers.sdf"))]
+    assert len(mols) == sum(len(v[1]) for v in EXPECTED.values()) and all(m is not None for m in mols)
+
+
+def test_mof_validity():
+    good = f"<MaterialS><MetalS>Zn4O<MetalE><MoleculeS>{BDC}<MoleculeE><MaterialE>"
+    assert mof.mof_validity(good, {"Zn4O", "Cu2"})["valid"]
+    r = mof.mof_validity(good.replace("Zn4O", "Zn9"), {"Zn4O"})
+    assert not r["valid"] and "not seen" in r["reasons"][0]
+    bad = good.replace(BDC, "c1ccc1C(")
+    assert not mof.mof_validity(bad, {"Zn4O"})["valid"]
