@@ -90,7 +90,7 @@ def test_round_trip_matches_and_keeps_space_group(round_trip):
 def test_nacl_canonical_text(round_trip):
     recs, _ = round_trip
     assert recs[-1]["text"] == NACL
-    assert recs[-1]["meta"] == {"symprec": 0.01, "digits": {"length": 3, "angle": 2, "frac": 3, "occ": 3}}
+    assert recs[-1]["meta"] == {"symprec": 0.01, "angle_tolerance": 5.0, "digits": {"length": 3, "angle": 2, "frac": 3, "occ": 3}}
 
 
 def test_cif_states_space_group(round_trip):
@@ -137,7 +137,7 @@ def test_symprec_option_recorded(tmp_path, capsys):
     out = tmp_path / "s.jsonl"
     run(capsys, "tokenize", ASSETS / "NaCl.cif", "-o", out, "-q", "--symprec", "0.1", "--frac-digits", "4")
     header = json.loads(out.read_text().splitlines()[0])["logos_header"]
-    assert header["options"]["crystal"] == {"symprec": 0.1, "frac_digits": 4}
+    assert header["options"]["crystal"] == {"symprec": 0.1, "angle_tolerance": 5.0, "frac_digits": 4}
     assert "Cl<wb> 0.0000 0.0000 0.5000" in records(out)[0]["text"]
 
 

@@ -4,8 +4,9 @@ Encoder. A CIF is read with gemmi (one record per ``data_`` block; each block is
 own, so one broken block never loses the others), the symmetry operations it states are applied
 (gemmi), and spglib analyses the resulting unit cell:
 
-- ``symprec`` (default ``0.01`` Angstrom, pymatgen's ``SpacegroupAnalyzer`` default; ``--symprec``)
-  and spglib's default angle tolerance. The space group, the standardized *conventional* cell
+- ``symprec`` (default ``0.01`` Angstrom; ``--symprec``) and ``angle_tolerance`` (default 5
+  degrees; ``--angle-tolerance``): pymatgen ``SpacegroupAnalyzer``'s defaults, so the space group
+  written is the one pymatgen reports for the input. The space group, the standardized *conventional* cell
   (spglib's idealized ``std_lattice``/``std_positions``, in the setting of the space group's first
   Hall number, which is also the setting the detokenizer expands with) and the Wyckoff orbits
   come from one ``get_symmetry_dataset`` call.
@@ -21,8 +22,8 @@ own, so one broken block never loses the others), the symmetry operations it sta
   composite species for spglib (so a disordered site keeps its own symmetry), and every species of
   the site is written as its own site with ``<Occ>0.500`` after the coordinates (same letter,
   same coordinates). Fully occupied sites carry no occupancy token. Vacancies (occupancy sums
-  below 1) are kept as written. Atoms closer than 0.01 Angstrom with occupancies summing above
-  1.01 are an error.
+  below 1) are kept as written. Different elements closer than 0.01 Angstrom with occupancies
+  summing above 1.01 are an error; the same element twice at one position counts once.
 
 Detokenizer. Each representative is expanded with the operations of the space group's first
 Hall setting (spglib's database), after snapping it onto its special position (the average of
@@ -62,6 +63,7 @@ POSCAR_SUFFIXES = (".vasp", ".poscar")
 POSCAR_NAMES = ("POSCAR", "CONTCAR")
 
 DEFAULT_SYMPREC = 0.01
+DEFAULT_ANGLE_TOLERANCE = 5.0
 LENGTH_DIGITS, ANGLE_DIGITS, DEFAULT_FRAC_DIGITS, OCC_DIGITS = 3, 2, 3, 3
 SNAP_TOLERANCE = 0.1  # Angstrom: an image this close to its site counts as the same point
 MERGE_TOLERANCE = 0.01  # Angstrom: atoms closer than this share one position (disorder)
@@ -363,8 +365,9 @@ def _composite_cell(crystal: Crystal) -> tuple[np.ndarray, np.ndarray, list[tupl
     types, positions = [], []
     for members in groups:
         species: dict[str, float] = {}
-        for j in members:
-            species[crystal.sites[j].element] = species.get(crystal.sites[j].element, 0.0) + crystal.sites[j].occ
+        for j in members:  # the same element twice at one position is a duplicate, not more of it
+            el = crystal.sites[j].element
+            species[el] = max(species.get(el, 0.0), crystal.sites[j].occ)
         total = sum(species.values())
         if total > 1.01:
             els = ", ".join(f"{e} {o:g}" for e, o in species.items())
@@ -377,10 +380,12 @@ def _composite_cell(crystal: Crystal) -> tuple[np.ndarray, np.ndarray, list[tupl
     return np.array(positions), np.array(types), table
 
 
-def symmetry_dataset(lattice: np.ndarray, positions: np.ndarray, types: np.ndarray, symprec: float):
+def symmetry_dataset(lattice: np.ndarray, positions: np.ndarray, types: np.ndarray, symprec: float,
+                     angle_tolerance: float = DEFAULT_ANGLE_TOLERANCE):
     try:
         with quiet_spglib():
-            ds = spglib.get_symmetry_dataset((lattice, positions, types), symprec=symprec)
+            ds = spglib.get_symmetry_dataset((lattice, positions, types), symprec=symprec,
+                                             angle_tolerance=angle_tolerance)
     except Exception as e:  # spglib >= 2.5 raises SpglibError
         raise RecordError(f"spglib finds no symmetry at symprec {symprec}: {e}") from None
     if ds is None:
@@ -399,12 +404,13 @@ def _wrap_round(v: np.ndarray, digits: int) -> tuple[float, ...]:
     return tuple(float(x) + 0.0 for x in r)
 
 
-def encode_crystal(crystal: Crystal, symprec: float = DEFAULT_SYMPREC, frac_digits: int = DEFAULT_FRAC_DIGITS) -> str:
+def encode_crystal(crystal: Crystal, symprec: float = DEFAULT_SYMPREC, frac_digits: int = DEFAULT_FRAC_DIGITS,
+                   angle_tolerance: float = DEFAULT_ANGLE_TOLERANCE) -> str:
     """The grammar text of a crystal (see the module docstring for the canonical form)."""
     if not crystal.sites:
         raise RecordError("no atom sites")
     positions, types, table = _composite_cell(crystal)
-    ds = symmetry_dataset(crystal.matrix(), positions, types, symprec)
+    ds = symmetry_dataset(crystal.matrix(), positions, types, symprec, angle_tolerance)
     sg = int(ds.number)
     # Wyckoff letter and orbit id of each standardized atom, through the primitive cell.
     prim_to_input: dict[int, int] = {}
@@ -445,12 +451,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("crystals (CIF, pymatgen JSON, POSCAR)")
     g.add_argument("--symprec", type=float, default=DEFAULT_SYMPREC,
                    help=f"spglib symmetry tolerance in Angstrom (default {DEFAULT_SYMPREC})")
+    g.add_argument("--angle-tolerance", type=float, default=DEFAULT_ANGLE_TOLERANCE,
+                   help=f"spglib angle tolerance in degrees (default {DEFAULT_ANGLE_TOLERANCE})")
     g.add_argument("--frac-digits", type=int, default=DEFAULT_FRAC_DIGITS,
                    help=f"decimals of fractional coordinates (default {DEFAULT_FRAC_DIGITS})")
 
 
 def options(args: argparse.Namespace) -> dict:
     return {"symprec": getattr(args, "symprec", DEFAULT_SYMPREC),
+            "angle_tolerance": getattr(args, "angle_tolerance", DEFAULT_ANGLE_TOLERANCE),
             "frac_digits": getattr(args, "frac_digits", DEFAULT_FRAC_DIGITS)}
 
 
@@ -466,9 +475,10 @@ def load(item: WorkItem) -> Crystal:
 def encode(item: WorkItem, opts: dict) -> list[dict]:
     symprec = float(opts.get("symprec", DEFAULT_SYMPREC))
     digits = int(opts.get("frac_digits", DEFAULT_FRAC_DIGITS))
-    text = encode_crystal(load(item), symprec, digits)
+    angle = float(opts.get("angle_tolerance", DEFAULT_ANGLE_TOLERANCE))
+    text = encode_crystal(load(item), symprec, digits, angle)
     rec = {"text": text, "domain": NAME, "source": item.source,
-           "meta": {"symprec": symprec, "digits": {"length": LENGTH_DIGITS, "angle": ANGLE_DIGITS,
+           "meta": {"symprec": symprec, "angle_tolerance": angle, "digits": {"length": LENGTH_DIGITS, "angle": ANGLE_DIGITS,
                                                    "frac": digits, "occ": OCC_DIGITS}}}
     if item.id:
         rec["id"] = item.id
