@@ -32,7 +32,7 @@ BROKEN = {
     "broken_binary.cif": "binary file",
 }
 NACL = ("<CrystalS><sg225> 5.640 5.640 5.640 90.00 90.00 90.00 "
-        "Na<wa> 0.000 0.000 0.000 Cl<wb> 0.000 0.000 0.500<CrystalE>")
+        "Na<wa> 0.0000 0.0000 0.0000 Cl<wb> 0.0000 0.0000 0.5000<CrystalE>")
 
 
 def run(capsys, *args) -> tuple[int, str]:
@@ -90,7 +90,7 @@ def test_round_trip_matches_and_keeps_space_group(round_trip):
 def test_nacl_canonical_text(round_trip):
     recs, _ = round_trip
     assert recs[-1]["text"] == NACL
-    assert recs[-1]["meta"] == {"symprec": 0.01, "angle_tolerance": 5.0, "digits": {"length": 3, "angle": 2, "frac": 3, "occ": 3}}
+    assert recs[-1]["meta"] == {"symprec": 0.01, "angle_tolerance": 5.0, "digits": {"length": 3, "angle": 2, "frac": 4, "occ": 3}}
 
 
 def test_cif_states_space_group(round_trip):
@@ -127,7 +127,7 @@ def test_partial_occupancy_is_written_not_dropped(tmp_path):
     cif = (ASSETS / "NaCl.cif").read_text().replace("Na1 Na 0.0 0.0 0.0 1.0", "Na1 Na 0.0 0.0 0.0 0.5\nK1 K 0.0 0.0 0.0 0.5")
     text = crystal.encode(WorkItem("x", cif), {})[0]["text"]
     validate(text)
-    assert "Na<wa> 0.000 0.000 0.000<Occ>0.500" in text and "K<wa> 0.000 0.000 0.000<Occ>0.500" in text
+    assert "Na<wa> 0.0000 0.0000 0.0000<Occ>0.500" in text and "K<wa> 0.0000 0.0000 0.0000<Occ>0.500" in text
     out = pmg(crystal.crystal_to_cif(crystal.decode_text(text), "x"), text=True)
     assert out.composition.reduced_formula == pmg(cif, text=True).composition.reduced_formula
     assert StructureMatcher().fit(pmg(cif, text=True), out)
@@ -135,10 +135,10 @@ def test_partial_occupancy_is_written_not_dropped(tmp_path):
 
 def test_symprec_option_recorded(tmp_path, capsys):
     out = tmp_path / "s.jsonl"
-    run(capsys, "tokenize", ASSETS / "NaCl.cif", "-o", out, "-q", "--symprec", "0.1", "--frac-digits", "4")
+    run(capsys, "tokenize", ASSETS / "NaCl.cif", "-o", out, "-q", "--symprec", "0.1", "--frac-digits", "3")
     header = json.loads(out.read_text().splitlines()[0])["logos_header"]
-    assert header["options"]["crystal"] == {"symprec": 0.1, "angle_tolerance": 5.0, "frac_digits": 4}
-    assert "Cl<wb> 0.0000 0.0000 0.5000" in records(out)[0]["text"]
+    assert header["options"]["crystal"] == {"symprec": 0.1, "angle_tolerance": 5.0, "frac_digits": 3}
+    assert "Cl<wb> 0.000 0.000 0.500" in records(out)[0]["text"]
 
 
 # ---------------------------------------------------------------- detection and broken input
@@ -185,14 +185,14 @@ def test_detokenizer_rejects_bad_text_keeps_good(tmp_path, capsys):
 # ---------------------------------------------------------------- validity
 def test_validity_hand_checked_cases():
     assert check_crystal(NACL).valid
-    nacl2 = NACL.replace("Cl<wb> 0.000 0.000 0.500", "Cl<wc> 0.250 0.250 0.250")  # Na4Cl8 = NaCl2
+    nacl2 = NACL.replace("Cl<wb> 0.0000 0.0000 0.5000", "Cl<wc> 0.25 0.25 0.25")  # Na4Cl8 = NaCl2
     r = check_crystal(nacl2)
     assert r.compositional is False and r.structural and r.space_group and r.multiplicity and not r.valid
     close = ("<CrystalS><sg1> 5.000 5.000 5.000 90.00 90.00 90.00 "
              "Na<wa> 0.000 0.000 0.000 Cl<wa> 0.060 0.000 0.000<CrystalE>")  # 0.3 A apart
     r = check_crystal(close)
     assert r.structural is False and "0.300 A apart" in " ".join(r.reasons)
-    wrong_sg = NACL.replace("<sg225>", "<sg221>").replace("0.000 0.000 0.500", "0.500 0.500 0.500")  # CsCl-type
+    wrong_sg = NACL.replace("<sg225>", "<sg221>").replace("0.0000 0.0000 0.5000", "0.5 0.5 0.5")  # CsCl-type
     assert check_crystal(wrong_sg).valid
     r = check_crystal(NACL.replace("<sg225>", "<sg216>"))  # F-43m: rock salt is Fm-3m
     assert r.space_group is False
@@ -223,3 +223,23 @@ def test_datasets_are_pinned():
     assert DATASETS["mp-dielectric"].package == "crystal-toolkit" and DATASETS["mp-dielectric"].version
     assert DATASETS["core-mof"].package == "core-mof" and DATASETS["core-mof"].version == "2019.1"
     assert DATASETS["core-mof"].members == ("CoRE_MOF/data/2019-ASR.tar.xz",)
+
+
+def test_canonical_text_does_not_depend_on_the_cell():
+    """A rotated supercell of the same crystal gives the same text (one site per Wyckoff orbit)."""
+    s = pmg(ASSETS / "mp_dielectric_4631.cif")
+    reference = crystal.encode_crystal(crystal.crystal_from_dict(s.as_dict()))
+    bigger = s.copy()
+    bigger.make_supercell([[1, 1, 0], [-1, 1, 0], [0, 0, 2]])
+    assert crystal.encode_crystal(crystal.crystal_from_dict(bigger.as_dict())) == reference
+    primitive = SpacegroupAnalyzer(s).get_primitive_standard_structure()
+    assert crystal.encode_crystal(crystal.crystal_from_dict(primitive.as_dict())) == reference
+
+
+def test_supercell_orbit_is_not_split():
+    """mp-dielectric-508 (Mg3NSb, Pm-3m) is stored as a 20-atom supercell: Mg is one 3c orbit."""
+    item = next(iter(crystal.read(ASSETS / "mp_dielectric_508_supercell.json", {})))
+    text = crystal.encode(item, {})[0]["text"]
+    assert text.count("Mg<wc>") == 1 and text.startswith("<CrystalS><sg221>")
+    assert StructureMatcher().fit(Structure.from_dict(item.payload),
+                                  pmg(crystal.crystal_to_cif(crystal.decode_text(text), "x"), text=True))

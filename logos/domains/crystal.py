@@ -11,9 +11,11 @@ own, so one broken block never loses the others), the symmetry operations it sta
   Hall number, which is also the setting the detokenizer expands with) and the Wyckoff orbits
   come from one ``get_symmetry_dataset`` call.
 - Precision (fixed, recorded in every record's ``meta``): lattice lengths 3 decimals (Angstrom),
-  angles 2 decimals (degrees), fractional coordinates 3 decimals (``--frac-digits``),
-  occupancies 3 decimals. With 3 decimals a coordinate is off by at most 0.0005 of a cell edge
-  (0.015 Angstrom in a 30 Angstrom cell), far inside ``StructureMatcher``'s default tolerances.
+  angles 2 decimals (degrees), fractional coordinates 4 decimals (``--frac-digits``),
+  occupancies 3 decimals. With 4 decimals a coordinate is off by at most 0.00005 of a cell edge
+  (0.0015 Angstrom in a 30 Angstrom cell), far inside ``StructureMatcher``'s tolerances; 3
+  decimals also matched, but moved 7 of the 4,764 Materials Project crystals within ``symprec``
+  of a higher space group (an atom 0.0004 off a mirror rounds onto it).
 - One representative per Wyckoff orbit: of the orbit's atoms in the conventional cell, the one
   whose rounded coordinates (wrapped into [0, 1)) sort first.
 - Canonical site order: Wyckoff letter (``a`` .. ``z``, then ``A``), then atomic number, then the
@@ -64,7 +66,7 @@ POSCAR_NAMES = ("POSCAR", "CONTCAR")
 
 DEFAULT_SYMPREC = 0.01
 DEFAULT_ANGLE_TOLERANCE = 5.0
-LENGTH_DIGITS, ANGLE_DIGITS, DEFAULT_FRAC_DIGITS, OCC_DIGITS = 3, 2, 3, 3
+LENGTH_DIGITS, ANGLE_DIGITS, DEFAULT_FRAC_DIGITS, OCC_DIGITS = 3, 2, 4, 3
 SNAP_TOLERANCE = 0.1  # Angstrom: an image this close to its site counts as the same point
 MERGE_TOLERANCE = 0.01  # Angstrom: atoms closer than this share one position (disorder)
 
@@ -421,7 +423,7 @@ def encode_crystal(crystal: Crystal, symprec: float = DEFAULT_SYMPREC, frac_digi
     letters: dict[int, str] = {}
     for i, p in enumerate(ds.std_mapping_to_primitive):
         j = prim_to_input[int(p)]
-        orbit = int(ds.equivalent_atoms[j])
+        orbit = int(ds.crystallographic_orbits[j])  # equivalent_atoms can split an orbit of a supercell
         orbits.setdefault(orbit, []).append(i)
         letters[orbit] = ds.wyckoffs[j]
     sites = []
