@@ -28,7 +28,6 @@ EXPECTED = {
 }
 BROKEN = {
     "DAYCAI_clean": "Angstrom apart (overlapping or disordered sites)",
-    "TIMMIM_charged": "extra-framework ion or molecule BF4",
 }
 
 
@@ -48,6 +47,11 @@ def test_unclean_frameworks_are_rejected_with_reason(name):
         split(name)
 
 
+def test_counter_ions_stay_in_the_inorganic_part():
+    node, linkers = split("TIMMIM_charged")  # a cationic Ag framework with BF4- counter-ions
+    assert node.split(".")[-1] == "BF4" and node.startswith("Ag") and len(linkers) == 1
+
+
 def test_matching_fallback_agrees_with_xyz2mol(monkeypatch):
     monkeypatch.setattr(mof, "MAX_VALENCE_CHOICES", 0)  # force the matching path
     for name, expected in EXPECTED.items():
@@ -64,11 +68,11 @@ def test_cli_tokenize_and_detokenize(tmp_path, capsys):
     out = tmp_path / "mof.jsonl"
     files = sorted(ASSETS.glob("*.cif"))
     code = main(["tokenize", *map(str, files), "--domain", "mof", "-o", str(out), "-q"])
-    assert code == 1  # the two unclean frameworks
+    assert code == 1  # the unclean framework
     err = capsys.readouterr().err
-    assert "DAYCAI_clean" in err and "TIMMIM_charged" in err
+    assert "DAYCAI_clean" in err and "TIMMIM_charged" not in err
     recs = [json.loads(l) for l in out.read_text().splitlines()[1:]]
-    assert len(recs) == len(EXPECTED)
+    assert len(recs) == len(EXPECTED) + 1
     for rec in recs:
         validate(rec["text"])
         assert rec["domain"] == "mof"
@@ -81,7 +85,7 @@ def test_cli_tokenize_and_detokenize(tmp_path, capsys):
 
     assert main(["detokenize", str(out), "-o", str(tmp_path / "linkers.sdf"), "-q"]) == 0
     mols = [m for m in Chem.SDMolSupplier(str(tmp_path / "linkers.sdf"))]
-    assert len(mols) == sum(len(v[1]) for v in EXPECTED.values()) and all(m is not None for m in mols)
+    assert len(mols) == sum(len(v[1]) for v in EXPECTED.values()) + 1 and all(m is not None for m in mols)
 
 
 def test_mof_validity():

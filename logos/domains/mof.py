@@ -8,14 +8,16 @@ Split (one CIF data block -> one record):
    overlapping atoms (closer than 0.5 Angstrom) are an error.
 2. Bonds: atoms i, j are bonded when their minimum-image distance is at most
    ``r_i + r_j + bond_tolerance`` (Cordero covalent radii from gemmi; ``--bond-tolerance``,
-   default 0.4 Angstrom as in the CSD), under periodic boundary conditions.
+   default 0.4 Angstrom as in the CSD), under periodic boundary conditions. Between non-metals an
+   atom keeps at most its element's usual number of bonds (H 1, F 1, O 2, C/N/B/Si 4),
+   shortest first, so hydrogen bonds and close contacts are not taken for covalent bonds.
 3. Metals are every element except H, noble gases and the non-metals/metalloids
    B C N O F Si P S Cl As Se Br Te I At. All metal-non-metal bonds are cut; the connected
    components of the remaining non-metal atoms that hold carbon are the organic linkers; the
    rest (oxo, hydroxo, water, halide ...) stays with the metals.
 4. Each linker is unwrapped across the periodic boundary, its bond orders are determined from the
    geometry (RDKit ``DetermineBondOrders``, the xyz2mol method) for every total charge in
-   0, -1, ..., -6, +1, +2 (hydrogen keeps only its shortest bond), and the assignment with the most plausible formal charges wins
+   0, -1, ..., -6, +1, +2, and the assignment with the most plausible formal charges wins
    (deprotonated O/S/N donors are free, charged carbon costs most; ties: the charge listed first),
    so deprotonated carboxylates come out as ``[O-]``. A linker whose valence search would exceed
    ``MAX_VALENCE_CHOICES`` combinations (xyz2mol is exhaustive and can run for hours), or for which
@@ -29,10 +31,11 @@ Split (one CIF data block -> one record):
    elements alphabetically; counts reduced by their greatest common divisor for periodic
    components), with ``{1D}``/``{2D}``/``{3D}`` appended for an infinite rod/layer/network;
    distinct components are joined with ``.`` in sorted order, e.g. ``Zn4O`` for MOF-5 or
-   ``Cu2`` for a paddle-wheel.
+   ``Cu2`` for a paddle-wheel. Inorganic counter-ions bonded to no metal (``BF4``, ``ClO4``, ``Cl``
+   of a charged framework) are components of the inorganic part too, e.g. ``Ag.Ag2.BF4``.
 
 A framework that cannot be split cleanly (no metal, no organic linker, a polymeric organic part,
-bond orders that no charge explains, an inorganic counter-ion bonded to no metal) is rejected with the reason, and counted in the error log.
+bond orders that no charge explains) is rejected with the reason, and counted in the error log.
 
 Detokenizers: ``.json`` writes ``[{"id", "node", "linkers"}, ...]``; the molecule ``.sdf`` writer
 writes the linkers (one SDF entry per linker span). :func:`mof_validity` checks a generated MOF:
@@ -65,6 +68,7 @@ DEFAULT_BOND_TOLERANCE = 0.4
 MIN_DISTANCE = 0.5
 NON_METALS = frozenset("H He B C N O F Ne Si P S Cl Ar As Se Br Kr Te I Xe At Rn".split())
 CHARGES = (0, -1, -2, -3, -4, -5, -6, 1, 2)
+_MAX_DEGREE = {"H": 1, "F": 1, "O": 2, "C": 4, "N": 4, "B": 4, "Si": 4}
 # Valences RDKit's xyz2mol tries per element; the search is their product over the atoms, so a
 # linker with many multi-valent atoms (S, P, N with missing H) is refused instead of hanging.
 _VALENCES = {"H": (1,), "B": (3, 4), "C": (4,), "N": (3, 4), "O": (2, 1, 3), "F": (1,), "Si": (4,), "P": (5, 3),
@@ -105,15 +109,22 @@ def periodic_bonds(crystal: crystal_domain.Crystal, tolerance: float) -> tuple[n
                                   f"are {d:.2f} Angstrom apart (overlapping or disordered sites)")
             if d <= radii[i] + radii[j] + tolerance:
                 bonds.append((i, j, shift, d))
-    # hydrogen keeps only its shortest bond (a short hydrogen bond is not a second covalent bond)
-    nearest: dict[int, float] = {}
-    for i, j, _, d in bonds:
-        for a in (i, j):
-            if crystal.sites[a].element == "H":
-                nearest[a] = min(nearest.get(a, d), d)
-    kept = [(i, j, shift) for i, j, shift, d in bonds
-            if all(crystal.sites[a].element != "H" or d == nearest[a] for a in (i, j))]
-    return cart, kept
+    # Between non-metals no atom keeps more bonds than its element allows (H 1, C 4, O 2, ...):
+    # the longest go first, so a short contact or hydrogen bond is not a covalent bond.
+    elements = [s.element for s in crystal.sites]
+    per_atom: dict[int, list[tuple[float, int]]] = {}
+    for k, (i, j, _, d) in enumerate(bonds):
+        if elements[i] in NON_METALS and elements[j] in NON_METALS:
+            per_atom.setdefault(i, []).append((d, k))
+            if j != i:
+                per_atom.setdefault(j, []).append((d, k))
+    dropped: set[int] = set()
+    for a, mine in per_atom.items():
+        cap = _MAX_DEGREE.get(elements[a])
+        if cap is not None:
+            kept = [(d, k) for d, k in sorted(mine) if k not in dropped]
+            dropped.update(k for _, k in kept[cap:])
+    return cart, [(i, j, shift) for k, (i, j, shift, _) in enumerate(bonds) if k not in dropped]
 
 
 def _components(atoms: Iterable[int], adjacency: dict[int, list[tuple[int, np.ndarray]]]):
@@ -316,9 +327,6 @@ def split_framework(crystal: crystal_domain.Crystal, tolerance: float = DEFAULT_
             node_adj.setdefault(j, []).append((i, -np.array(shift)))
     parts = set()
     for members, _, dim in _components(sorted(inorganic), node_adj):
-        if not any(metal[a] for a in members):
-            raise RecordError(f"extra-framework ion or molecule {_formula(elements[a] for a in members)} "
-                              "(bonded to no metal; charged framework)")
         text = _formula((elements[a] for a in members), reduce_counts=bool(dim))
         parts.add(text + (f"{{{dim}D}}" if dim else ""))
     return ".".join(sorted(parts)), sorted(linkers)
