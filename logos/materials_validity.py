@@ -14,8 +14,9 @@ A crystal text is checked four ways (each independent, each with a reason when i
   multiplicity (International Tables, :mod:`logos.wyckoff`) equals the number of atoms the site
   expands to, so the written letters reproduce the composition.
 
-:func:`check_crystal` runs them on one text; :func:`summarize` gives rates over many texts (what a
-generation summary prints). MOFs: :func:`logos.domains.mof.mof_validity`.
+:func:`check_crystal` runs them on one text; :func:`summarize` gives rates over many texts.
+MOFs: :func:`logos.domains.mof.mof_validity`. :func:`validity_report` is the one call a generation
+summary needs: it sorts texts into crystals and MOFs and reports both.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from logos.grammar import GrammarError, validate
 from logos.records import RecordError
 from logos.wyckoff import multiplicity
 
-__all__ = ["CrystalValidity", "check_crystal", "structural_validity", "compositional_validity",
+__all__ = ["CrystalValidity", "check_crystal", "validity_report", "structural_validity", "compositional_validity",
            "space_group_consistency", "multiplicity_consistency", "summarize", "MIN_DISTANCE", "MIN_VOLUME"]
 
 MIN_DISTANCE = 0.5  # Angstrom
@@ -198,3 +199,30 @@ def summarize(texts: Iterable[str]) -> dict:
         "valid": rate(lambda r: r.valid),
         "unique_valid": len({t for t, r in results if r.valid}) / n,
     }
+
+
+def validity_report(texts: Iterable[str], known_nodes: set[str] | None = None) -> dict:
+    """Validity rates of generated materials: crystal texts (all four checks) and MOF texts
+    (linkers parse, node seen in training when ``known_nodes`` is given)."""
+    from logos.domains import mof
+
+    texts = list(texts)
+    crystals = [t for t in texts if t.lstrip().startswith(C.OPEN)]
+    mofs = [t for t in texts if t.lstrip().startswith(mof.OPEN)]
+    report: dict = {"crystal": summarize(crystals)}
+    results = []
+    for t in mofs:
+        try:
+            validate(t)
+            results.append(mof.mof_validity(t, known_nodes))
+        except (GrammarError, RecordError) as e:
+            results.append({"valid": False, "linkers_valid": False, "node_known": None, "reasons": [str(e)]})
+    n = len(results)
+    report["mof"] = {"n": n} if not n else {
+        "n": n,
+        "linkers_valid": sum(bool(r["linkers_valid"]) for r in results) / n,
+        "node_known": None if known_nodes is None else sum(bool(r["node_known"]) for r in results) / n,
+        "valid": sum(bool(r["valid"]) for r in results) / n,
+        "unique_valid": len({t for t, r in zip(mofs, results) if r["valid"]}) / n,
+    }
+    return report

@@ -95,3 +95,15 @@ def test_mof_validity():
     assert not r["valid"] and "not seen" in r["reasons"][0]
     bad = good.replace(BDC, "c1ccc1C(")
     assert not mof.mof_validity(bad, {"Zn4O"})["valid"]
+
+
+def test_validity_report_sorts_crystals_and_mofs():
+    from logos.materials_validity import validity_report
+
+    good = f"<MaterialS><MetalS>Zn4O<MetalE><MoleculeS>{BDC}<MoleculeE><MaterialE>"
+    nacl = ("<CrystalS><sg225> 5.640 5.640 5.640 90.00 90.00 90.00 "
+            "Na<wa> 0.0000 0.0000 0.0000 Cl<wb> 0.0000 0.0000 0.5000<CrystalE>")
+    report = validity_report([good, good.replace("Zn4O", "Cu2"), nacl, "<MaterialS>"], known_nodes={"Zn4O"})
+    assert report["crystal"]["n"] == 1 and report["crystal"]["valid"] == 1.0
+    assert report["mof"]["n"] == 3 and report["mof"]["valid"] == pytest.approx(1 / 3)
+    assert report["mof"]["linkers_valid"] == pytest.approx(2 / 3)
