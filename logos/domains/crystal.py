@@ -18,6 +18,7 @@ own, so one broken block never loses the others), the symmetry operations it sta
   of a higher space group (an atom 0.0004 off a mirror rounds onto it).
 - One representative per Wyckoff orbit: of the orbit's atoms in the conventional cell, the one
   whose rounded coordinates (wrapped into [0, 1)) sort first.
+- Elements as written (D is written as H, charges such as ``Fe3+`` are dropped).
 - Canonical site order: Wyckoff letter (``a`` .. ``z``, then ``A``), then atomic number, then the
   coordinates, then occupancy.
 - Partial occupancy is written explicitly, never dropped: atoms sharing one position form one
@@ -239,7 +240,7 @@ def read_cif_block(text: str) -> Crystal:
     if not small.sites:
         raise RecordError("no atom sites")
     for site in small.sites:
-        if site.element.atomic_number == 0 or site.element.name in ("X", "D") and site.type_symbol[:1] not in "D":
+        if site.element.atomic_number == 0:
             label = site.type_symbol or site.label
             raise RecordError(f"unknown element {label!r} at site {site.label!r}")
         if not all(np.isfinite(site.fract.tolist())):
