@@ -69,8 +69,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _cmd_build_tokenizer(args: argparse.Namespace) -> int:
     from logos.tokenizer import build_tokenizer
 
-    build_tokenizer([Path(p) for p in args.corpus], Path(args.output), pieces=args.pieces,
-                    max_sentences=args.max_sentences, seed=args.seed)
+    try:
+        build_tokenizer([Path(p) for p in args.corpus], Path(args.output), pieces=args.pieces,
+                        max_sentences=args.max_sentences, seed=args.seed)
+    except ValueError as e:
+        print(f"logos build-tokenizer: {e}", file=sys.stderr)
+        return EXIT_USAGE
     return EXIT_OK
 
 
@@ -78,7 +82,11 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
     from logos import data
 
     for name in args.datasets:
-        path = data.fetch(name, Path(args.output) if args.output else None, limit=args.limit, seed=args.seed)
+        try:
+            path = data.fetch(name, Path(args.output) if args.output else None, limit=args.limit, seed=args.seed)
+        except (KeyError, RuntimeError) as e:
+            print(f"logos fetch: {e.args[0] if e.args else e}", file=sys.stderr)
+            return EXIT_USAGE
         print(f"fetch: {name} -> {path}", file=sys.stderr)
     return EXIT_OK
 

@@ -61,6 +61,9 @@ def build_tokenizer(corpus: list[Path], out_dir: Path, pieces: int = 512, max_se
     """Train on the corpus JSONL files and write ``tokenizer.model`` + HF files into ``out_dir``."""
     import sentencepiece as spm
 
+    if pieces < len(_REQUIRED_CHARS) + 32:
+        raise ValueError(f"pieces must be at least {len(_REQUIRED_CHARS) + 32}: the {len(_REQUIRED_CHARS)} "
+                         "printable characters are pieces of their own")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     texts = _sample_texts(corpus, max_sentences, seed)
