@@ -6,9 +6,9 @@ What is read from a PDB/mmCIF file (gzipped or not), and how:
 - **Alternate locations**: per residue, the altloc with the highest mean occupancy is kept (ties:
   the first letter); atoms without an altloc are always kept. Microheterogeneity (two residue
   names at one position) keeps the first residue of that position.
-- **Protein chains**: the polymer part of each chain (gemmi ``setup_entities`` /
-  ``get_polymer``) whose residues are mostly amino acids, in file order; nucleic-acid chains are
-  skipped. A chain's sequence is its *modelled* residues in order (gaps are not filled from
+- **Protein chains**: per chain, its ATOM-record residues plus HETATM amino acids peptide-bonded
+  to a neighbour (modified residues), when mostly amino acids, in file order; nucleic-acid chains
+  are skipped. (Entity annotations are not used: PDB files without them split the same way.) A chain's sequence is its *modelled* residues in order (gaps are not filled from
   SEQRES). Standard residues map to their one-letter code; modified residues map to their parent
   (gemmi's residue table, which follows the CCD: MSE->M, SEP->S, TPO->T, PTR->Y, CSO->C, ...;
   SEC->U, PYL->O); anything else is ``X``.
@@ -188,6 +188,27 @@ def _is_amino_acid(name: str) -> bool:
     return name in _PARENTS or (info is not None and info.is_amino_acid())
 
 
+def _peptide_linked(a: gemmi.Residue, b: gemmi.Residue) -> bool:
+    c, n = a.find_atom("C", "*"), b.find_atom("N", "*")
+    return c is not None and n is not None and c.pos.dist(n.pos) < 2.0
+
+
+def _in_polymer(ch: gemmi.Chain, k: int) -> bool:
+    """ATOM records, and HETATM amino acids (modified residues) peptide-bonded to a neighbour.
+
+    Decided per residue from the records and geometry, not from entity annotations, so PDB files
+    without SEQRES/entities and their mmCIF versions split chains the same way.
+    """
+    res = ch[k]
+    if res.is_water():
+        return False
+    if res.het_flag != "H":
+        return True
+    if not _is_amino_acid(res.name):
+        return False
+    return (k > 0 and _peptide_linked(ch[k - 1], res)) or (k + 1 < len(ch) and _peptide_linked(res, ch[k + 1]))
+
+
 def _heavy(res: gemmi.Residue) -> tuple[list[str], np.ndarray]:
     names, xyz = [], []
     for atom in res:
@@ -204,35 +225,31 @@ def read_structure(path: Path) -> Structure:
     st.remove_hydrogens()
     model = st[0]
     _choose_altlocs(model)
-    st.setup_entities()
     chains: list[Chain] = []
     ligands: list[gemmi.Residue] = []
     lig_chains: list[str] = []
     for ch in model:
-        polymer = ch.get_polymer()
-        poly_ids = set()
-        residues: list[Residue] = []
-        names = [r.name for r in polymer]
+        polymer = [k for k in range(len(ch)) if _in_polymer(ch, k)]
+        names = [ch[k].name for k in polymer]
         is_protein = bool(names) and sum(map(_is_amino_acid, names)) * 2 > len(names)
+        residues: list[Residue] = []
         last_seqid = None
-        for res in polymer:
-            poly_ids.add((str(res.seqid), res.name))
-            if not is_protein:
-                continue
+        for k in polymer if is_protein else ():
+            res = ch[k]
             if res.seqid == last_seqid:  # microheterogeneity: keep the first residue name
                 continue
             last_seqid = res.seqid
             atoms, xyz = _heavy(res)
-            if not atoms:
-                continue
-            residues.append(Residue(residue_letter(res.name), res.name, res.seqid.num,
-                                    res.seqid.icode.strip(), atoms, xyz))
-        if is_protein and residues:
+            if atoms:
+                residues.append(Residue(residue_letter(res.name), res.name, res.seqid.num,
+                                        res.seqid.icode.strip(), atoms, xyz))
+        if residues:
             if not any("CA" in r.atoms for r in residues):
                 raise RecordError(f"chain {ch.name}: no CA atoms (a protein chain needs its CA trace)")
             chains.append(Chain(ch.name, residues))
-        for res in ch:
-            if (str(res.seqid), res.name) in poly_ids or res.name in IGNORED or res.is_water():
+        in_polymer = set(polymer)
+        for k, res in enumerate(ch):
+            if k in in_polymer or res.name in IGNORED or res.is_water():
                 continue
             if sum(1 for a in res if a.element.name not in ("H", "D")) >= MIN_LIGAND_ATOMS:
                 ligands.append(res)

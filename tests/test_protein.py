@@ -292,3 +292,22 @@ def test_antibody_csv(tmp_path):
     records, lines, _ = _tokenize(tmp_path, [table], domain="protein")
     assert records[0]["text"] == "<AntibodyS>EVQLVESGGGLVQ<AntibodyE><AntibodyS>DIQMTQSPSSLSA<AntibodyE>"
     assert records[0]["id"] == "ab1"
+
+
+def test_structure_datasets_registered():
+    from logos import data
+
+    pb = data.DATASETS["posebusters-complexes"]
+    assert (pb.package, pb.version) == ("posebusters", "0.6.5")
+    names = ["posebusters/datasets/pdb/1s3v/1s3v_ligand.sdf", "posebusters/datasets/pdb/1s3v/1s3v_ligands.sdf",
+             "posebusters/datasets/pdb/1s3v/1s3v_protein_one_lig_removed.pdb", "posebusters/__init__.py"]
+    assert [f for _, f, _ in pb.files(names)] == ["1s3v_ligand.sdf", "1s3v_protein.pdb"]
+    ds = data.DATASETS["dockstring-targets"]
+    assert (ds.package, ds.version) == ("dockstring", "0.3.4")
+    assert data.DATASETS["pyhmmer-proteins"].version == "0.12.3"
+    # A real PDBQT receptor line (dockstring ABL1): AutoDock types become elements, chain A is set.
+    pdbqt = (b"ATOM      1  N   ASP     1      37.433  20.702  -4.362  1.00  0.00    -0.411 N \n"
+             b"ATOM      2  HN2 ASP     1      38.016  21.412  -3.919  1.00  0.00     0.151 HD\n"
+             b"ATOM      3  CA  ASP     1      37.801  19.271  -4.257  1.00  0.00     0.161 C \n")
+    st = gemmi.read_pdb_string(data.pdbqt_to_pdb(pdbqt).decode())
+    assert [(a.name, a.element.name) for a in st[0]["A"][0]] == [("N", "N"), ("HN2", "H"), ("CA", "C")]

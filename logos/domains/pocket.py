@@ -8,7 +8,8 @@ context), with the pockets of *that* ligand marked. A structure with no qualifyi
 one plain-chains record (domain ``protein``).
 
 Ligands come from ``--ligand FILE`` (SDF or MOL2, every molecule in it is posed against every
-structure input; RDKit reads the bond orders from the file) or, by default, from the structure's
+structure input; RDKit reads the bond orders from the file; ``--ligand auto`` pairs each
+``X_protein.pdb`` with the ``X_ligand.sdf`` beside it) or, by default, from the structure's
 own hetero groups (:mod:`logos.structure`: at least 6 heavy atoms, not water/ion/buffer/glycan;
 bond orders and charges from the PDB Chemical Component Dictionary, never guessed).
 
@@ -46,7 +47,7 @@ from rdkit import Chem
 from logos import structure
 from logos.domains import protein
 from logos.domains.molecule import OPEN as MOL_OPEN, CLOSE as MOL_CLOSE, molecules_in_text, parse_molblock
-from logos.records import RecordError, WorkItem, open_text
+from logos.records import InputError, RecordError, WorkItem, open_text
 
 NAME = "pocket"
 FORMS = ("complex", "ligand-first", "search", "trans")
@@ -57,8 +58,8 @@ __all__ = ["encode_structure", "ligand_span"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("binding pockets and protein-ligand complexes (PDB, mmCIF + ligand)")
-    g.add_argument("--ligand", metavar="LIG.sdf", help="ligand pose(s), SDF or MOL2, posed against every structure "
-                   "(default: the structure's own hetero groups)")
+    g.add_argument("--ligand", metavar="LIG.sdf", help="ligand pose(s), SDF or MOL2, posed against every structure; "
+                   "'auto': X_ligand.sdf next to each X_protein.pdb (default: the structure's own hetero groups)")
     g.add_argument("--pocket-cutoff", type=float, default=5.0, metavar="A",
                    help="residue in the pocket: any heavy atom within this distance of the ligand (default 5.0)")
     g.add_argument("--contact-cutoff", type=float, default=4.0, metavar="A",
@@ -92,12 +93,22 @@ def read(path: Path, opts: dict) -> Iterator[WorkItem]:
     if not opts.get("ligand"):
         yield WorkItem(str(path), {"structure": str(path)}, id=stem)
         return
-    lig = Path(opts["ligand"])
+    lig = Path(opts["ligand"]) if opts["ligand"] != "auto" else _paired_ligand(path, stem)
     for n, block in enumerate(_ligand_blocks(lig), 1):
         yield WorkItem(f"{path}:{lig.name}#{n}", {"structure": str(path), "block": block,
                                                    "mol2": lig.name.lower().removesuffix(".gz").endswith(".mol2"),
                                                    "label": f"{lig.name}#{n}"},
                        id=f"{stem}_{lig.stem}_{n}")
+
+
+def _paired_ligand(path: Path, stem: str) -> Path:
+    """``--ligand auto``: X_protein.pdb -> X_ligand.sdf (or X.sdf / .mol2) in the same folder."""
+    stems = [stem.replace("_protein", "_ligand"), stem] if "_protein" in stem else [stem + "_ligand", stem]
+    for s in stems:
+        for suffix in (".sdf", ".sdf.gz", ".mol2", ".mol2.gz"):
+            if (path.parent / (s + suffix)).exists():
+                return path.parent / (s + suffix)
+    raise InputError(f"--ligand auto: no {stems[0]}.sdf or .mol2 next to the structure")
 
 
 def _ligand_blocks(path: Path) -> Iterator[str]:
@@ -111,7 +122,7 @@ def _ligand_blocks(path: Path) -> Iterator[str]:
         # The text after "$$$$" starts with that line's newline; the next line is the title.
         blocks = [b[1:] if b.startswith("\n") else b for b in text.split("$$$$") if b.strip()]
     if not blocks:
-        raise RecordError(f"{path.name}: no ligand records")
+        raise InputError(f"{path.name}: no ligand records")
     yield from blocks
 
 

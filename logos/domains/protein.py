@@ -111,8 +111,12 @@ def _read_fasta(path: Path) -> Iterator[WorkItem]:
 
     with open_text(path) as fh:
         n = 0
-        for n, rec in enumerate(SeqIO.parse(fh, "fasta"), 1):
-            yield WorkItem(f"{path}:{n}", str(rec.seq), id=rec.id or None)
+        try:
+            for n, rec in enumerate(SeqIO.parse(fh, "fasta"), 1):
+                yield WorkItem(f"{path}:{n}", str(rec.seq), id=rec.id or None)
+        except ValueError as e:  # Biopython: text before the first '>' header, ...
+            yield WorkItem(f"{path}:{n + 1}", None, extra={"error": f"not FASTA: {str(e).split('. ')[0]}"})
+            return
         if n == 0:
             yield WorkItem(str(path), None, extra={"error": "no FASTA records (expected '>' header lines)"})
 
