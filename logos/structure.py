@@ -31,6 +31,7 @@ What is read from a PDB/mmCIF file (gzipped or not), and how:
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,20 +67,25 @@ _PARENTS = {"SEC": "U", "PYL": "O", "MSE": "M", "UNK": "X"}
 
 @dataclass
 class Residue:
-    """One modelled protein residue: its letter, CCD name, author numbering and heavy atoms."""
+    """One modelled protein residue: its letter, CCD name, author numbering; heavy atoms read on demand."""
 
     letter: str
     name: str
     number: int
     icode: str
-    atoms: list[str]
-    coords: np.ndarray  # (n_atoms, 3)
+    res: gemmi.Residue = field(repr=False)  # hydrogens already removed; valid while the Structure lives
+
+    @functools.cached_property
+    def atoms(self) -> list[str]:
+        return [a.name for a in self.res]
+
+    @functools.cached_property
+    def coords(self) -> np.ndarray:  # (n_atoms, 3)
+        return np.array([a.pos.tolist() for a in self.res], dtype=float).reshape(-1, 3)
 
     def coord(self, atom: str) -> np.ndarray | None:
-        try:
-            return self.coords[self.atoms.index(atom)]
-        except ValueError:
-            return None
+        a = self.res.find_atom(atom, "*")
+        return None if a is None else np.array(a.pos.tolist())
 
 
 @dataclass
@@ -108,6 +114,7 @@ class Ligand:
 
 @dataclass
 class Structure:
+    gemmi_structure: gemmi.Structure = field(repr=False)  # owns the residues below
     name: str
     chains: list[Chain]
     ligand_residues: list[gemmi.Residue]
@@ -133,31 +140,40 @@ def is_mmcif_text(path: Path) -> bool:
     return False
 
 
-def _read_gemmi(path: Path) -> gemmi.Structure:
+_PDB_ALTLOC = re.compile(r"^(?:ATOM  |HETATM).{10}[^ ]", re.M)
+
+
+def _read_gemmi(path: Path) -> tuple[gemmi.Structure, bool]:
+    """The parsed structure and whether any atom has an alternate location."""
     with open_text(path) as fh:  # InputError for binary / fake gzip, before gemmi sees it
         text = fh.read()
     name = path.name.lower().removesuffix(".gz")
     try:
         if name.endswith((".cif", ".mmcif")):
-            st = gemmi.make_structure_from_block(gemmi.cif.read_string(text).sole_block())
+            block = gemmi.cif.read_string(text).sole_block()
+            st = gemmi.make_structure_from_block(block)
+            has_altloc = bool(set(block.find_values("_atom_site.label_alt_id")) - {".", "?"})
         else:
             st = gemmi.read_pdb_string(text)
+            has_altloc = _PDB_ALTLOC.search(text) is not None
     except (RuntimeError, ValueError) as e:
-        raise RecordError(f"cannot parse structure: {e}") from None
+        raise RecordError(f"cannot parse structure: {' '.join(str(e).split())}") from None
     if len(st) == 0 or st[0].count_atom_sites() == 0:
         raise RecordError("no atoms in the structure (empty or truncated file)")
-    if name.endswith((".pdb", ".ent")) and "\nEND" not in text and not text.rstrip().endswith(("ENDMDL", "END")):
+    if name.endswith((".pdb", ".ent")):
         # A PDB file that stops mid-record: the last line is an unterminated ATOM/HETATM record.
         last = text.rstrip("\n").rsplit("\n", 1)[-1]
-        if last.startswith(("ATOM", "HETATM")) and len(last) < 54:
+        if last.startswith(("ATOM", "HETATM")) and len(last.rstrip()) < 54:
             raise RecordError(f"truncated PDB file: last line is an incomplete atom record ({last[:30]!r})")
-    return st
+    return st, has_altloc
 
 
 def _choose_altlocs(model: gemmi.Model) -> None:
     """Keep, per residue, the altloc with the highest mean occupancy; drop the others."""
     for chain in model:
         for res in chain:
+            if not any(a.altloc != "\0" for a in res):
+                continue
             occ: dict[str, list[float]] = {}
             for atom in res:
                 if atom.altloc != "\0":
@@ -221,10 +237,11 @@ def _heavy(res: gemmi.Residue) -> tuple[list[str], np.ndarray]:
 def read_structure(path: Path) -> Structure:
     """The protein chains and candidate ligand residues of a PDB/mmCIF file (see module docstring)."""
     path = Path(path)
-    st = _read_gemmi(path)
+    st, has_altloc = _read_gemmi(path)
     st.remove_hydrogens()
     model = st[0]
-    _choose_altlocs(model)
+    if has_altloc:
+        _choose_altlocs(model)
     chains: list[Chain] = []
     ligands: list[gemmi.Residue] = []
     lig_chains: list[str] = []
@@ -239,12 +256,11 @@ def read_structure(path: Path) -> Structure:
             if res.seqid == last_seqid:  # microheterogeneity: keep the first residue name
                 continue
             last_seqid = res.seqid
-            atoms, xyz = _heavy(res)
-            if atoms:
+            if len(res):
                 residues.append(Residue(residue_letter(res.name), res.name, res.seqid.num,
-                                        res.seqid.icode.strip(), atoms, xyz))
+                                        res.seqid.icode.strip(), res))
         if residues:
-            if not any("CA" in r.atoms for r in residues):
+            if not any(r.res.find_atom("CA", "*") is not None for r in residues):
                 raise RecordError(f"chain {ch.name}: no CA atoms (a protein chain needs its CA trace)")
             chains.append(Chain(ch.name, residues))
         in_polymer = set(polymer)
@@ -256,7 +272,7 @@ def read_structure(path: Path) -> Structure:
                 lig_chains.append(ch.name)
     if not chains:
         raise RecordError("no protein chain (no polymer of amino acids in the first model)")
-    return Structure(path.name, chains, ligands, lig_chains)
+    return Structure(st, path.name, chains, ligands, lig_chains)
 
 
 # ---------------------------------------------------------------- ligands and the CCD
