@@ -311,3 +311,44 @@ def test_structure_datasets_registered():
              b"ATOM      3  CA  ASP     1      37.801  19.271  -4.257  1.00  0.00     0.161 C \n")
     st = gemmi.read_pdb_string(data.pdbqt_to_pdb(pdbqt).decode())
     assert [(a.name, a.element.name) for a in st[0]["A"][0]] == [("N", "N"), ("HN2", "H"), ("CA", "C")]
+
+
+def test_altloc_keeps_highest_occupancy():
+    """1IA1 as deposited (posebusters conftest) has A/B altlocs: the higher-occupancy set is kept per residue."""
+    path = ASSETS / "1ia1_altloc.pdb.gz"
+    st = structure.read_structure(path)
+    raw = gemmi.read_structure(str(path))
+    raw.remove_hydrogens()
+    checked = 0
+    for chain in st.chains:
+        rch = raw[0][chain.name]
+        for res in chain.residues:
+            group = rch[str(res.number) + res.icode]
+            atoms = [a for r in group if r.name == res.name for a in r]
+            occ: dict[str, list[float]] = {}
+            for a in atoms:
+                if a.altloc != "\0":
+                    occ.setdefault(a.altloc, []).append(a.occ)
+            if not occ:
+                continue
+            best = max(sorted(occ), key=lambda k: sum(occ[k]) / len(occ[k]))
+            expected = np.array([a.pos.tolist() for a in atoms if a.altloc in ("\0", best)])
+            assert np.allclose(res.coords, expected)
+            checked += 1
+    assert checked >= 10
+    assert [st.ligand_residues[k].name for k in range(len(st.ligand_residues))] == ["NDP", "NDP"]  # PO4 ignored
+
+
+def test_generated_text_errors_are_one_line(tmp_path):
+    """Grammatical but impossible texts (as a model may generate) are rejected with a reason, not a traceback."""
+    records = [{"text": "<ProteinS><c+3>ACDEFG<ProteinE>", "id": "early-contact"},
+               {"text": "<ProteinS>AC<c+9>DEFG<ProteinE>", "id": "past-end"},
+               {"text": "<ProteinS>A<PocketS>C<a40><PocketE>DE<ProteinE><MoleculeS>CCO<MoleculeE>", "id": "atom"},
+               {"text": "<ProteinS>A<PocketS>C<a1><PocketE>DE<ProteinE><MoleculeS>CCO<MoleculeE>", "id": "ok"}]
+    inp = tmp_path / "gen.jsonl"
+    inp.write_text("".join(json.dumps(r) + "\n" for r in records))
+    lines: list[str] = []
+    result = detokenize_file(inp, tmp_path / "gen.pocket.csv", argparse.Namespace(), progress=False, echo=lines.append)
+    assert result.errors == 3 and result.objects == 1
+    assert "before the chain's first residue" in lines[0] and "past the chain end" in lines[1]
+    assert "<a40> but the ligand has 3 heavy atoms" in lines[2]

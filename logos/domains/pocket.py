@@ -223,6 +223,14 @@ def pocket_rows(record: dict) -> list[dict]:
     if not any(ch.pockets for ch in chains):
         raise RecordError("record holds no pocket marks")
     atom_names = ((record.get("meta") or {}).get("ligand") or {}).get("atoms") or []
+    ligands = molecules_in_text(record["text"]) if MOL_OPEN in record["text"] else []
+    if ligands:
+        n_atoms = Chem.MolFromSmiles(ligands[-1]).GetNumAtoms() if Chem.MolFromSmiles(ligands[-1]) else None
+        top = max((a for ch in chains for atoms in ch.pockets.values() for a in atoms), default=-1)
+        if n_atoms is None:
+            raise RecordError(f"ligand SMILES {ligands[-1][:60]!r} cannot be parsed")
+        if top >= n_atoms:
+            raise RecordError(f"contact token <a{top}> but the ligand has {n_atoms} heavy atoms")
     rows = []
     for c, ch in enumerate(chains):
         for i, atoms in sorted(ch.pockets.items()):

@@ -258,6 +258,8 @@ def parse_chains(text: str) -> list[ParsedChain]:
             cur.pockets[len(cur.sequence) - 1].append(int(p[2:-1]))
         elif p.startswith("<c+"):
             i = len(cur.sequence) - 1
+            if i < 0:
+                raise RecordError(f"contact token {p} before the chain's first residue")
             cur.contacts.append((i, i + int(p[3:-1])))
         elif in_pocket:
             cur.pockets[len(cur.sequence)] = []
