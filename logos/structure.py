@@ -384,8 +384,12 @@ def residue_contacts(chain: Chain, cutoff: float = 8.0, min_separation: int = 6)
         return []
     idx = np.array([i for i, _ in points])
     xyz = np.array([p for _, p in points])
-    d = np.linalg.norm(xyz[:, None, :] - xyz[None, :, :], axis=2)
-    a, b = np.nonzero((d < cutoff) & ((idx[None, :] - idx[:, None]) >= min_separation))
+    sq = (xyz * xyz).sum(axis=1)
+    d2 = sq[:, None] + sq[None, :] - 2.0 * (xyz @ xyz.T)  # squared distances, (n, n)
+    near = d2 < cutoff * cutoff + 1e-3  # generous prefilter, then exact distances for the candidates
+    a, b = np.nonzero(near & ((idx[None, :] - idx[:, None]) >= min_separation))
+    keep = np.linalg.norm(xyz[a] - xyz[b], axis=1) < cutoff
+    a, b = a[keep], b[keep]
     return sorted((int(idx[i]), int(idx[j])) for i, j in zip(a, b))
 
 
