@@ -73,17 +73,23 @@ class Residue:
     name: str
     number: int
     icode: str
-    res: gemmi.Residue = field(repr=False)  # hydrogens already removed; valid while the Structure lives
+    # Hydrogens already removed; valid while the Structure lives. None: a SEQRES residue that is not
+    # modelled (--seqres), which has no atoms and no author number.
+    res: gemmi.Residue | None = field(repr=False)
 
     @functools.cached_property
     def atoms(self) -> list[str]:
-        return [a.name for a in self.res]
+        return [a.name for a in self.res] if self.res is not None else []
 
     @functools.cached_property
     def coords(self) -> np.ndarray:  # (n_atoms, 3)
+        if self.res is None:
+            return np.zeros((0, 3))
         return np.array([a.pos.tolist() for a in self.res], dtype=float).reshape(-1, 3)
 
     def coord(self, atom: str) -> np.ndarray | None:
+        if self.res is None:
+            return None
         a = self.res.find_atom(atom, "*")
         return None if a is None else np.array(a.pos.tolist())
 
@@ -234,8 +240,12 @@ def _heavy(res: gemmi.Residue) -> tuple[list[str], np.ndarray]:
     return names, np.array(xyz, dtype=float).reshape(-1, 3)
 
 
-def read_structure(path: Path) -> Structure:
-    """The protein chains and candidate ligand residues of a PDB/mmCIF file (see module docstring)."""
+def read_structure(path: Path, seqres: bool = False) -> Structure:
+    """The protein chains and candidate ligand residues of a PDB/mmCIF file (see module docstring).
+
+    ``seqres``: each chain's sequence is its full SEQRES / entity sequence, the modelled residues
+    placed by gemmi's alignment (``assign_label_seq_id``); unmodelled ones have no atoms.
+    """
     path = Path(path)
     st, has_altloc = _read_gemmi(path)
     st.remove_hydrogens()
@@ -272,7 +282,27 @@ def read_structure(path: Path) -> Structure:
                 lig_chains.append(ch.name)
     if not chains:
         raise RecordError("no protein chain (no polymer of amino acids in the first model)")
+    if seqres:
+        st.setup_entities()
+        st.assign_label_seq_id(False)  # PDB files: align to SEQRES; mmCIF: keep label_seq_id
+        chains = [_with_seqres(st, model, c) for c in chains]
     return Structure(st, path.name, chains, ligands, lig_chains)
+
+
+def _with_seqres(st: gemmi.Structure, model: gemmi.Model, chain: Chain) -> Chain:
+    ent = st.get_entity_of(model[chain.name].get_polymer())
+    if ent is None or not ent.full_sequence:
+        raise RecordError(f"--seqres: chain {chain.name} has no SEQRES / entity sequence in the file")
+    full = [gemmi.Entity.first_mon(item) for item in ent.full_sequence]
+    placed: dict[int, Residue] = {}
+    for r in chain.residues:
+        pos = r.res.label_seq
+        if pos is None or not 1 <= pos <= len(full) or pos in placed:
+            raise RecordError(f"--seqres: chain {chain.name} residue {r.name} {r.number}{r.icode} "
+                              "cannot be placed in its SEQRES")
+        placed[pos] = r
+    return Chain(chain.name, [placed.get(i) or Residue(residue_letter(n), n, None, "", None)
+                              for i, n in enumerate(full, 1)])
 
 
 # ---------------------------------------------------------------- ligands and the CCD

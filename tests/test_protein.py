@@ -352,3 +352,43 @@ def test_generated_text_errors_are_one_line(tmp_path):
     assert result.errors == 3 and result.objects == 1
     assert "before the chain's first residue" in lines[0] and "past the chain end" in lines[1]
     assert "<a40> but the ligand has 3 heavy atoms" in lines[2]
+
+
+@pytest.mark.parametrize("entry", ["1A8O", "1LCD", "2XHE"])
+def test_deposited_pdb_and_mmcif_give_the_same_text(tmp_path, entry):
+    """Independent PDB and mmCIF files of one deposited entry (biopython test data) encode identically."""
+    for flags in (("--contacts",), ("--seqres",)):
+        a, la, _ = _tokenize(tmp_path, [ASSETS / f"{entry}.pdb.gz"], *flags, name="a.jsonl")
+        b, lb, _ = _tokenize(tmp_path, [ASSETS / f"{entry}.cif.gz"], *flags, name="b.jsonl")
+        assert not la and not lb and len(a) == len(b) == 1
+        assert a[0]["text"] == b[0]["text"]
+        assert a[0]["meta"]["chains"] == b[0]["meta"]["chains"]
+
+
+def test_modified_residues_models_and_nucleic_acids(tmp_path):
+    (rec,), _, _ = _tokenize(tmp_path, [ASSETS / "1A8O.pdb.gz"], name="a.jsonl")
+    assert rec["text"].startswith("<ProteinS>MDIRQ")  # MSE 151 -> M
+    assert rec["meta"]["chains"][0]["names"]["0"] == "MSE"
+    # 1LCD: NMR with 3 models and DNA chains: one protein chain, from the first model only.
+    (rec,), _, _ = _tokenize(tmp_path, [ASSETS / "1LCD.pdb.gz"], name="b.jsonl")
+    raw = gemmi.read_structure(str(ASSETS / "1LCD.pdb.gz"))
+    assert len(raw) == 3
+    (chain,) = protein.parse_chains(rec["text"])
+    first = [r for r in raw[0][rec["meta"]["chains"][0]["id"]] if r.het_flag == "A"]
+    assert chain.sequence == gemmi.one_letter_code([r.name for r in first])
+    assert len(rec["meta"]["chains"]) == 1
+
+
+def test_seqres_places_unmodelled_residues(tmp_path):
+    path = ASSETS / "2XHE.pdb.gz"
+    (plain,), _, _ = _tokenize(tmp_path, [path], name="a.jsonl")
+    (full,), _, _ = _tokenize(tmp_path, [path], "--seqres", name="b.jsonl")
+    st = gemmi.read_structure(str(path))
+    st.setup_entities()
+    for c, (p, f) in enumerate(zip(protein.parse_chains(plain["text"]), protein.parse_chains(full["text"]))):
+        ent = st.get_entity_of(st[0][full["meta"]["chains"][c]["id"]].get_polymer())
+        assert len(f.sequence) == len(ent.full_sequence) > len(p.sequence)
+        numbers = full["meta"]["chains"][c]["numbers"]
+        modelled = "".join(letter for letter, n in zip(f.sequence, numbers) if n is not None)
+        assert modelled == p.sequence  # the modelled residues, in order, are the plain sequence
+        assert [n for n in numbers if n is not None] == plain["meta"]["chains"][c]["numbers"]

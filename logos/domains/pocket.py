@@ -192,7 +192,7 @@ def encode_structure(st: structure.Structure, lig: structure.Ligand, opts: dict)
 
 def encode(item: WorkItem, opts: dict) -> list[dict]:
     payload = item.payload
-    st = structure.read_structure(Path(payload["structure"]))
+    st = structure.read_structure(Path(payload["structure"]), seqres=opts.get("seqres", False))
     if "block" in payload:
         text, meta = encode_structure(st, _file_ligand(payload), opts)
         return [{"text": text, "domain": NAME, "source": item.source, "id": item.id, "meta": meta}]

@@ -15,6 +15,9 @@ Optional structure tokens (structures only):
 - ``--structure-tokens 3di``: Foldseek's 3Di state per residue (``mini3di``), as a PARALLEL span
   ``<StructureS>...<StructureE>`` right after the chain span (see grammar/logos.lark for why not
   interleaved).
+- ``--seqres``: a chain's sequence is its full SEQRES (entity) sequence rather than its modelled
+  residues; unmodelled residues carry no pocket marks, contacts or valid 3Di state, and their
+  author number is ``null`` in ``meta``. A chain without SEQRES is an error with this flag.
 - ``--antibody``: every chain goes in an ``<AntibodyS>`` span. A CSV with ``heavy``/``light``
   columns (``--domain protein``) gives one record per row, heavy chain first.
 
@@ -57,6 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="residue-residue contact distance for --contacts (default 8.0)")
     g.add_argument("--structure-tokens", choices=["3di"], help="structures: add a parallel 3Di span per chain")
     g.add_argument("--antibody", action="store_true", help="write every chain as an <AntibodyS> span")
+    g.add_argument("--seqres", action="store_true",
+                   help="structures: write each chain's full SEQRES sequence (unmodelled residues included, "
+                        "author number null in meta) instead of the modelled residues only")
 
 
 def options(args: argparse.Namespace) -> dict:
@@ -64,7 +70,8 @@ def options(args: argparse.Namespace) -> dict:
             "contact_distance": float(getattr(args, "contact_distance", 8.0)),
             "min_separation": 6,
             "structure_tokens": getattr(args, "structure_tokens", None),
-            "antibody": bool(getattr(args, "antibody", False))}
+            "antibody": bool(getattr(args, "antibody", False)),
+            "seqres": bool(getattr(args, "seqres", False))}
 
 
 def _name(path: Path) -> str:
@@ -195,7 +202,7 @@ def encode(item: WorkItem, opts: dict) -> list[dict]:
     if item.extra.get("structure"):
         from logos import structure
 
-        st = structure.read_structure(Path(item.payload))
+        st = structure.read_structure(Path(item.payload), seqres=opts.get("seqres", False))
         text = chains_text(st.chains, opts)
         meta = {"structure": st.name, "chains": [chain_meta(c) for c in st.chains]}
         rec = {"text": text, "domain": NAME, "source": item.source, "id": item.id, "meta": meta}
