@@ -19,8 +19,11 @@ What is read from a PDB/mmCIF file (gzipped or not), and how:
 - **Ligand bond orders** come from the PDB Chemical Component Dictionary shipped inside
   ``biotite==1.6.0`` (``structure/info/components.bcif``), matched to the model's atoms by atom
   name; charges also come from the CCD. A component missing from the CCD, a model atom the CCD
-  does not list, or a molecule RDKit cannot sanitize is an error for that ligand - bond orders are
-  never guessed from geometry.
+  does not list, a CCD heavy atom missing from the model (a partial ligand; atoms the CCD flags as
+  leaving atoms may be absent, as in covalently bound ligands), or a molecule RDKit
+  cannot sanitize is an error for that ligand - bond orders are never guessed from geometry. A
+  ligand is one hetero residue: multi-residue ligands (oligosaccharides, peptide inhibitors) are
+  not joined.
 - **Distances**: heavy atoms only; a residue is *in the pocket* when any of its heavy atoms is
   within ``pocket_cutoff`` of any ligand heavy atom (``<=``), and ligand atom K is *in contact*
   with a residue when it is within ``contact_cutoff`` of any of the residue's heavy atoms.
@@ -318,6 +321,22 @@ def _ccd_component(name: str):
         return None
 
 
+@functools.lru_cache(maxsize=1)
+def _ccd_atom_table():
+    from biotite.structure.info.ccd import get_ccd
+
+    cat = get_ccd()["chem_comp_atom"]
+    return (cat["comp_id"].as_array(), cat["atom_id"].as_array(), cat["pdbx_leaving_atom_flag"].as_array())
+
+
+@functools.lru_cache(maxsize=None)
+def _leaving_atoms(name: str) -> frozenset[str]:
+    """Atoms the CCD flags as leaving (lost when the component bonds covalently): they may be absent."""
+    comp, atom, flag = _ccd_atom_table()
+    rows = np.nonzero(comp == name)[0]
+    return frozenset(str(atom[i]) for i in rows if str(flag[i]).upper() == "Y")
+
+
 _BOND_TYPES = {1: Chem.BondType.SINGLE, 2: Chem.BondType.DOUBLE, 3: Chem.BondType.TRIPLE,
                4: Chem.BondType.QUADRUPLE, 5: Chem.BondType.SINGLE, 6: Chem.BondType.DOUBLE,
                8: Chem.BondType.AROMATIC}
@@ -333,6 +352,10 @@ def ccd_mol(res: gemmi.Residue) -> tuple[Chem.Mol, list[str]]:
     missing = [n for n in names if n not in ccd_index]
     if missing:
         raise RecordError(f"ligand {res.name}: atoms {missing[:4]} are not in its CCD entry")
+    unmodelled = sorted(set(ccd_index) - set(names) - _leaving_atoms(res.name))
+    if unmodelled:  # a fragment's SMILES would not be the ligand's: refuse rather than write it
+        raise RecordError(f"ligand {res.name}: {len(unmodelled)} heavy atoms of its CCD entry are not modelled "
+                          f"({', '.join(unmodelled[:4])})")
     rw = Chem.RWMol()
     conf = Chem.Conformer(len(names))
     local = {}

@@ -392,3 +392,27 @@ def test_seqres_places_unmodelled_residues(tmp_path):
         modelled = "".join(letter for letter, n in zip(f.sequence, numbers) if n is not None)
         assert modelled == p.sequence  # the modelled residues, in order, are the plain sequence
         assert [n for n in numbers if n is not None] == plain["meta"]["chains"][c]["numbers"]
+
+
+def test_three_di_matches_mini3di_on_biopython_chain():
+    """Our 3Di (gemmi coordinates) equals mini3di's own encoder run on the Biopython parse of the chain."""
+    import mini3di
+    from Bio.PDB import PDBParser
+
+    path = ASSETS / "1s3v_protein.pdb"
+    (chain,) = structure.read_structure(path).chains
+    bio_chain = PDBParser(QUIET=True).get_structure("x", str(path))[0][chain.name]
+    enc = mini3di.Encoder()
+    assert structure.three_di(chain) == enc.build_sequence(enc.encode_chain(bio_chain)).lower()
+
+
+def test_partial_hetero_ligand_is_refused(tmp_path):
+    """A hetero ligand with unmodelled atoms is one clear error (its SMILES would be a fragment's)."""
+    lines = gzip.open(ASSETS / "7ztl_protein.pdb.gz", "rt").read().splitlines(keepends=True)
+    # Drop JWG's N1 (not a CCD leaving atom; the model already lacks the leaving atom O5, which is allowed).
+    cut = tmp_path / "7ztl_partial.pdb"
+    cut.write_text("".join(l for l in lines if not (l.startswith("HETATM") and l[17:20] == "JWG"
+                                                    and l[12:16].strip() == "N1")))
+    records, lines_out, _ = _tokenize(tmp_path, [cut])
+    assert [r["meta"]["ligand"]["name"] for r in records] == ["ADP"]
+    assert len(lines_out) == 1 and "JWG B/101" in lines_out[0] and "not modelled" in lines_out[0]
