@@ -391,7 +391,10 @@ def ligand_from_mol(mol: Chem.Mol, label: str) -> Ligand:
     mol = Chem.RemoveHs(mol)
     if mol.GetNumConformers() == 0 or not mol.GetConformer().Is3D():
         raise RecordError(f"ligand {label}: no 3D coordinates (a pocket needs the bound pose)")
-    return Ligand(mol, label, [a.GetSymbol() + str(a.GetIdx() + 1) for a in mol.GetAtoms()])
+    # Atom names: MOL2 atom names when the file has them, else element + 1-based heavy-atom index.
+    names = [a.GetProp("_TriposAtomName") if a.HasProp("_TriposAtomName") else a.GetSymbol() + str(a.GetIdx() + 1)
+             for a in mol.GetAtoms()]
+    return Ligand(mol, label, names)
 
 
 # ---------------------------------------------------------------- contacts

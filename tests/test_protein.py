@@ -416,3 +416,18 @@ def test_partial_hetero_ligand_is_refused(tmp_path):
     records, lines_out, _ = _tokenize(tmp_path, [cut])
     assert [r["meta"]["ligand"]["name"] for r in records] == ["ADP"]
     assert len(lines_out) == 1 and "JWG B/101" in lines_out[0] and "not modelled" in lines_out[0]
+
+
+def test_mol2_ligand_pocket_equals_gemmi(tmp_path):
+    path, lig = ASSETS / "5ze6_protein.pdb.gz", ASSETS / "5ze6_ligand.mol2"
+    (rec,), lines, _ = _tokenize(tmp_path, [path], "--ligand", str(lig))
+    assert not lines
+    mol = Chem.MolFromMol2File(str(lig))
+    names = [a.GetProp("_TriposAtomName") for a in mol.GetAtoms()]
+    decoded, obj = _decoded_pocket(tmp_path, rec)
+    expected = _gemmi_pocket(path, mol.GetConformer().GetPositions())
+    assert set(decoded) == set(expected)
+    meta_names = rec["meta"]["ligand"]["atoms"]
+    _smiles_order(mol, obj["ligand"][0], lambda k: names.index(meta_names[k]))
+    for key, atoms in decoded.items():
+        assert {names.index(meta_names[a]) for a in atoms} == expected[key]

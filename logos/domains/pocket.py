@@ -27,7 +27,8 @@ marks, no atom tokens: binding-site identification) and ``trans`` (plain chains 
 
 ``meta``: the structure name, per chain its id / author numbers / insertion codes / non-standard
 residue names (as in :mod:`logos.domains.protein`), the ligand (CCD name, chain, author number,
-its atom names in SMILES order) and the cut-offs used.
+its atom names in SMILES order: CCD/PDB atom names for hetero groups, MOL2 atom names, or for SDF
+element + 1-based heavy-atom index in the file with hydrogens skipped) and the cut-offs used.
 
 Detokenizers: ``.pocket.csv`` and ``.pocket.json`` (chain, author residue number, insertion code,
 residue name, contacted ligand atoms); the ligand as ``.sdf`` is written by the molecule domain's
