@@ -431,3 +431,23 @@ def test_mol2_ligand_pocket_equals_gemmi(tmp_path):
     _smiles_order(mol, obj["ligand"][0], lambda k: names.index(meta_names[k]))
     for key, atoms in decoded.items():
         assert {names.index(meta_names[a]) for a in atoms} == expected[key]
+
+
+def test_cli_reports_bad_files_in_one_line_each(tmp_path):
+    """The real command: exit status 1, one stderr line per bad file (file: reason), good records written."""
+    import subprocess
+    import sys
+
+    files = _write_broken_inputs(tmp_path)
+    out = tmp_path / "cli.jsonl"
+    cmd = [sys.executable, "-m", "logos.cli", "tokenize", "-q", "--domain", "protein", str(files["truncated"]),
+           str(files["fake_gzip"]), str(ASSETS / "1A8O.cif.gz"), "-o", str(out)]
+    env = dict(__import__("os").environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    errors = [l for l in proc.stderr.splitlines() if not l.startswith("tokenize:")]
+    assert len(errors) == 2 and errors[0].startswith(str(files["truncated"]) + ": ")
+    assert len(out.read_text().splitlines()) == 2  # header + the 1A8O record
+    detok = subprocess.run([sys.executable, "-m", "logos.cli", "detokenize", "-q", str(out), "-o",
+                            str(tmp_path / "cli.fasta")], capture_output=True, text=True, env=env, timeout=60)
+    assert detok.returncode == 0 and (tmp_path / "cli.fasta").read_text().startswith(">1A8O|A\nMDIRQ")
