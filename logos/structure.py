@@ -227,7 +227,7 @@ def _in_polymer(ch: gemmi.Chain, k: int) -> bool:
     res = ch[k]
     if res.is_water():
         return False
-    if res.het_flag != "H":
+    if res.het_flag == "A":  # ATOM record (a file without record types falls through to the geometry test)
         return True
     if not _is_amino_acid(res.name):
         return False

@@ -6,7 +6,6 @@ import argparse
 import csv
 import gzip
 import json
-import shutil
 from pathlib import Path
 
 import gemmi
