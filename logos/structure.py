@@ -337,9 +337,12 @@ def _leaving_atoms(name: str) -> frozenset[str]:
     return frozenset(str(atom[i]) for i in rows if str(flag[i]).upper() == "Y")
 
 
+# biotite.structure.BondType -> RDKit (Kekule form for the aromatic_* kinds). 0 (ANY) and
+# 8 (COORDINATION) have no bond order and are refused.
 _BOND_TYPES = {1: Chem.BondType.SINGLE, 2: Chem.BondType.DOUBLE, 3: Chem.BondType.TRIPLE,
                4: Chem.BondType.QUADRUPLE, 5: Chem.BondType.SINGLE, 6: Chem.BondType.DOUBLE,
-               8: Chem.BondType.AROMATIC}
+               7: Chem.BondType.TRIPLE, 9: Chem.BondType.AROMATIC}
+_AROMATIC = 9
 
 
 def ccd_mol(res: gemmi.Residue) -> tuple[Chem.Mol, list[str]]:
@@ -373,7 +376,7 @@ def ccd_mol(res: gemmi.Residue) -> tuple[Chem.Mol, list[str]]:
                 raise RecordError(f"ligand {res.name}: CCD bond {comp.atom_name[i]}-{comp.atom_name[j]} "
                                   f"has no usable bond order (type {kind})")
             rw.AddBond(local[i], local[j], _BOND_TYPES[kind])
-            if kind == 8:
+            if kind == _AROMATIC:
                 rw.GetAtomWithIdx(local[i]).SetIsAromatic(True)
                 rw.GetAtomWithIdx(local[j]).SetIsAromatic(True)
     mol = rw.GetMol()

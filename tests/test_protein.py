@@ -450,3 +450,17 @@ def test_cli_reports_bad_files_in_one_line_each(tmp_path):
     detok = subprocess.run([sys.executable, "-m", "logos.cli", "detokenize", "-q", str(out), "-o",
                             str(tmp_path / "cli.fasta")], capture_output=True, text=True, env=env, timeout=60)
     assert detok.returncode == 0 and (tmp_path / "cli.fasta").read_text().startswith(">1A8O|A\nMDIRQ")
+
+
+def test_hemes_are_refused_and_the_bound_ligand_written(tmp_path):
+    """Haemoglobin 1G9V: each HEM (Fe coordination, no dative bonds in the grammar) is one clear error;
+    the crystal ligand from its SDF is written and checked against gemmi."""
+    path = ASSETS / "1g9v_protein.pdb.gz"
+    records, lines, _ = _tokenize(tmp_path, [path], name="a.jsonl")
+    assert not records and len(lines) == 4
+    assert all(":HEM " in l and "metal coordination bonds (Fe)" in l for l in lines)
+    (rec,), lines, _ = _tokenize(tmp_path, [path], "--ligand", str(ASSETS / "1g9v_ligand.sdf"), name="b.jsonl")
+    assert not lines and len(rec["meta"]["chains"]) == 4
+    sdf = Chem.MolFromMolFile(str(ASSETS / "1g9v_ligand.sdf"))
+    decoded, _ = _decoded_pocket(tmp_path, rec)
+    assert set(decoded) == set(_gemmi_pocket(path, sdf.GetConformer().GetPositions()))

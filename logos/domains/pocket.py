@@ -18,7 +18,8 @@ atom is written ``<PocketS>K<aI><aJ><PocketE>``: ``<aI>`` lists the ligand heavy
 ``--contact-cutoff`` (4.0 A) of that residue, I being the atom's position in the written SMILES
 (RDKit's ``_smilesAtomOutputOrder`` of the canonical isomeric SMILES, i.e. the atom index of the
 molecule RDKit parses back from that SMILES), ascending. Ligands above 256 heavy atoms cannot be
-indexed and are refused.
+indexed and are refused, and so are ligands whose SMILES would need dative (metal coordination)
+bonds, e.g. hemes: the grammar's SMILES has no ``->``.
 
 Forms (``--form``): ``complex`` (marked chains, then the ligand), ``ligand-first`` (ligand, then
 marked chains: pocket-from-ligand tasks), ``search`` (plain chains ``<Search>`` chains with pocket
@@ -157,6 +158,13 @@ def ligand_span(lig: structure.Ligand) -> tuple[str, list[int]]:
                           f"{MAX_LIGAND_ATOMS}")
     mol = Chem.Mol(lig.mol)
     smiles = Chem.MolToSmiles(mol, isomericSmiles=True)
+    if "->" in smiles or "<-" in smiles:
+        # RDKit turns metal-ligand bonds that exceed a valence (hemes, metal clusters) into dative
+        # bonds, which the grammar's SMILES does not have; refused rather than rewritten.
+        metals = sorted({a.GetSymbol() for b in mol.GetBonds() if b.GetBondType() == Chem.BondType.DATIVE
+                         for a in (b.GetBeginAtom(), b.GetEndAtom()) if a.GetSymbol() not in "CNOPS"})
+        raise RecordError(f"ligand {lig.label}: metal coordination bonds ({', '.join(metals) or 'dative'}) cannot "
+                          "be written in the grammar's SMILES")
     order = [int(i) for i in mol.GetProp("_smilesAtomOutputOrder").strip("[],").split(",") if i != ""]
     rank = [0] * len(order)
     for k, i in enumerate(order):
