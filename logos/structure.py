@@ -8,8 +8,9 @@ What is read from a PDB/mmCIF file (gzipped or not), and how:
   names at one position) keeps the first residue of that position.
 - **Protein chains**: per chain, its ATOM-record residues plus HETATM amino acids peptide-bonded
   to a neighbour (modified residues), when mostly amino acids, in file order; nucleic-acid chains
-  are skipped. (Entity annotations are not used: PDB files without them split the same way.) A chain's sequence is its *modelled* residues in order (gaps are not filled from
-  SEQRES). Standard residues map to their one-letter code; modified residues map to their parent
+  are skipped. (Entity annotations are not used: PDB files without them split the same way.)
+  A chain's sequence is its *modelled* residues in order; gaps are filled from SEQRES only with
+  ``seqres=True`` (``--seqres``). Standard residues map to their one-letter code; modified residues map to their parent
   (gemmi's residue table, which follows the CCD: MSE->M, SEP->S, TPO->T, PTR->Y, CSO->C, ...;
   SEC->U, PYL->O); anything else is ``X``.
 - **Ignored hetero groups** (:data:`IGNORED`): water, monoatomic and small inorganic ions,
