@@ -464,3 +464,10 @@ def test_hemes_are_refused_and_the_bound_ligand_written(tmp_path):
     sdf = Chem.MolFromMolFile(str(ASSETS / "1g9v_ligand.sdf"))
     decoded, _ = _decoded_pocket(tmp_path, rec)
     assert set(decoded) == set(_gemmi_pocket(path, sdf.GetConformer().GetPositions()))
+
+
+def test_antibody_flag_on_fasta(tmp_path):
+    records, _, _ = _tokenize(tmp_path, [ASSETS / "LuxC.faa"], "--antibody")
+    assert all(r["text"].startswith("<AntibodyS>") and r["text"].endswith("<AntibodyE>") for r in records)
+    out, _ = _detokenize(tmp_path, records[:1], ".fasta")
+    assert out.read_text().splitlines()[1] == records[0]["text"][len("<AntibodyS>"):][:80]
