@@ -21,6 +21,18 @@ run tokenize $A/reactions/gauche_60.rsmi -o "$OUT/reactions.jsonl"
 run tokenize $A/reactions/gauche_60.rsmi --retro -o "$OUT/retro.jsonl"
 run detokenize "$OUT/reactions.jsonl" -o "$OUT/reactions.rsmi"
 
+echo "== proteins: FASTA and structures -> chains, pockets with ligand-contact tokens, residue contacts, 3Di"
+P=$A/protein
+run tokenize $P/LuxC.faa -o "$OUT/proteins.jsonl"
+run tokenize $P/1s3v_protein.pdb --ligand auto -o "$OUT/complex_sdf_ligand.jsonl"
+run tokenize $P/7ztl_protein.cif.gz -o "$OUT/complex_hetatm_ligands.jsonl"
+run tokenize $P/7ztl_protein.cif.gz --form search -o "$OUT/site_search.jsonl"
+run tokenize $P/1A8O.pdb.gz --domain protein --contacts --structure-tokens 3di -o "$OUT/structure_tokens.jsonl"
+run detokenize "$OUT/proteins.jsonl" -o "$OUT/proteins.fasta"
+run detokenize "$OUT/complex_hetatm_ligands.jsonl" -o "$OUT/pockets.pocket.csv"
+run detokenize "$OUT/complex_hetatm_ligands.jsonl" -o "$OUT/ligands.sdf"
+run detokenize "$OUT/structure_tokens.jsonl" -o "$OUT/residue_contacts.contacts.csv"
+
 echo "== every record parses under the grammar"
 $LOGOS validate "$OUT"/*.jsonl
 
