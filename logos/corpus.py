@@ -46,6 +46,8 @@ class Source:
     """A bundled dataset (``logos fetch`` name), fetched by pinned version."""
     files: list[str] = field(default_factory=list)
     """Or: paths or globs of your own files (any format ``logos tokenize`` reads)."""
+    pattern: str = "*"
+    """For a dataset that is a folder of files: which of its files to read (glob)."""
     limit: int | None = None
     """Keep a seeded random sample of this many input records (bundled datasets only)."""
     domain: str | None = None
@@ -107,13 +109,14 @@ def _tokenize_options(source: Source) -> tuple[dict, str | None]:
     return {name: module.options(args) for name, module in DOMAINS.items()}, source.domain or args.domain
 
 
-def _inputs(source: Source, seed: int, work: Path) -> list[Path]:
+def _inputs(source: Source, seed: int) -> list[Path]:
+    """The input files of a source; a fetched dataset folder gives its files matching ``pattern``."""
     from logos import data
 
     if source.dataset:
-        return [data.fetch(source.dataset, limit=source.limit, seed=seed)]
-    paths = sorted({Path(p) for pattern in source.files for p in (glob.glob(pattern, recursive=True) or [pattern])})
-    return paths
+        fetched = data.fetch(source.dataset, limit=source.limit, seed=seed)
+        return sorted(p for p in fetched.glob(source.pattern) if p.is_file()) if fetched.is_dir() else [fetched]
+    return sorted({Path(p) for pattern in source.files for p in (glob.glob(pattern, recursive=True) or [pattern])})
 
 
 def build_part(source: Source, config: CorpusConfig, out_dir: Path, echo=print) -> Path:
@@ -128,7 +131,7 @@ def build_part(source: Source, config: CorpusConfig, out_dir: Path, echo=print) 
         return part
     marker.unlink(missing_ok=True)
     options, domain = _tokenize_options(source)
-    inputs = _inputs(source, config.seed, out_dir)
+    inputs = _inputs(source, config.seed)
     tmp = parts / f"{source.name}.part.jsonl"
     result = tokenize_files(inputs, tmp, options, domain=domain, workers=config.workers)
     tmp.replace(part)
