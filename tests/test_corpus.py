@@ -68,3 +68,25 @@ def test_rerun_skips_finished_parts_and_redoes_changed_ones(tmp_path):
 def test_shipped_corpus_config_parses():
     config = load_config(REPO / "pretrain" / "corpus.yaml")
     assert {s.name for s in config.sources} >= {"moses", "reactions", "retro"}
+
+
+def test_changed_input_file_is_redone_and_bad_config_is_refused(tmp_path):
+    import pytest
+    src = tmp_path / "m.smi"
+    src.write_text("CCO\nCCN\n")
+    config = CorpusConfig(sources=[Source(name="mine", files=[str(src)])], validation=0.0, test=0.0,
+                          tokenizer=str(REPO / "tokenizers" / "default"), workers=1)
+    out = tmp_path / "c"
+    build_corpus(config, out, echo=lambda line: None)
+    src.write_text("CCO\nCCN\nCCC\n")
+    lines = []
+    stats = build_corpus(config, out, echo=lines.append)
+    assert not any("skipped" in l for l in lines)
+    assert stats["domains"]["molecule"]["train"]["records"] == 3
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sources:\n  - name: x\n    dataset: no-such-dataset\n")
+    with pytest.raises(ValueError, match="unknown dataset"):
+        load_config(bad)
+    bad.write_text("sources:\n  - name: x\n    files: [a.smi]\n    args: ['--bogus']\n")
+    with pytest.raises(ValueError, match="bad tokenize flags"):
+        load_config(bad)

@@ -42,3 +42,18 @@ def test_unknown_dataset_is_a_clear_error():
         assert "unknown dataset 'nope'" in str(e)
     else:
         raise AssertionError("expected KeyError")
+
+
+def test_explicit_output_is_rewritten_not_reused(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOGOS_CACHE", str(tmp_path / "cache"))
+    packages = tmp_path / "cache" / "packages"
+    packages.mkdir(parents=True)
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb") as gz:
+        gz.write(b"SMILES\nCCO\nCCN\nCCC\n")
+    with zipfile.ZipFile(packages / "molsets-0.3.1-py3-none-any.whl", "w") as zf:
+        zf.writestr("moses/dataset/data/test.csv.gz", buf.getvalue())
+    out = tmp_path / "a.smi"
+    out.write_text("stale\n")
+    data.fetch("moses-test", out, limit=2, seed=0)
+    assert len(out.read_text().splitlines()) == 2 and "stale" not in out.read_text()

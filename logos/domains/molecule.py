@@ -51,7 +51,7 @@ rdBase.LogToPythonLogger()
 _rdlog = logging.getLogger("rdkit")
 _rdlog.handlers = [_captured]
 _rdlog.propagate = False
-_rdlog.setLevel(logging.ERROR)
+_rdlog.setLevel(logging.WARNING)  # mol-block problems are logged as warnings
 
 
 def _reason(default: str) -> str:
