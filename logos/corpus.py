@@ -1,0 +1,281 @@
+"""``logos corpus build``: pinned sources -> tokenized, deduplicated, split train/validation/test JSONL + stats.
+
+A corpus config (YAML, an instance of :class:`CorpusConfig`) lists sources: a bundled dataset of
+:mod:`logos.data` (fetched by pinned version) or the user's own files (globs), each with the
+``logos tokenize`` flags to apply. The build runs in two resumable phases:
+
+1. **parts**: each source is tokenized to ``DIR/parts/NAME.jsonl``; a ``NAME.done`` marker holds the
+   hash of the source's config, so a rerun skips finished sources and redoes changed ones.
+2. **split**: all parts are streamed once, exact duplicate texts dropped (first wins), and each
+   record assigned to train/validation/test by a seeded hash of its *group key*, so related
+   records never straddle splits: molecules by Bemis-Murcko scaffold (scaffold split; acyclic
+   molecules by their own SMILES), reactions by their reactant and product sets (so the forward
+   and retro forms of one reaction stay together), everything else by the
+   structure it came from (``meta.structure``, else ``id``, else the source file). Output files are
+   written atomically; ``stats.md`` / ``stats.json`` hold records and tokens per domain and split.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import hashlib
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from logos import __version__
+from logos.grammar import split_symbols
+from logos.records import errors_path_for, read_records
+
+__all__ = ["Source", "CorpusConfig", "load_config", "build_corpus", "group_key"]
+
+SPLITS = ("train", "validation", "test")
+
+
+@dataclass
+class Source:
+    """One corpus source."""
+
+    name: str
+    """Short unique name; the part file is ``parts/NAME.jsonl``."""
+    dataset: str | None = None
+    """A bundled dataset (``logos fetch`` name), fetched by pinned version."""
+    files: list[str] = field(default_factory=list)
+    """Or: paths or globs of your own files (any format ``logos tokenize`` reads)."""
+    pattern: str = "*"
+    """For a dataset that is a folder of files: which of its files to read (glob)."""
+    limit: int | None = None
+    """Keep a seeded random sample of this many input records (bundled datasets only)."""
+    domain: str | None = None
+    """Force the domain (default: detected per file, as ``logos tokenize`` does)."""
+    args: list[str] = field(default_factory=list)
+    """Extra ``logos tokenize`` flags, e.g. ``["--retro"]`` or ``["--pocket-cutoff", "6"]``."""
+
+    def __post_init__(self):
+        if bool(self.dataset) == bool(self.files):
+            raise ValueError(f"source {self.name!r}: give exactly one of 'dataset' or 'files'")
+        if not self.name.replace("-", "").replace("_", "").isalnum():
+            raise ValueError(f"source name {self.name!r}: use letters, digits, '-' and '_'")
+
+
+@dataclass
+class CorpusConfig:
+    """A corpus: its sources, split fractions and seed."""
+
+    sources: list[Source]
+    seed: int = 0
+    """Seed of dataset samples and of the split hash."""
+    validation: float = 0.01
+    """Fraction of groups in the validation split."""
+    test: float = 0.01
+    """Fraction of groups in the test split."""
+    tokenizer: str = "tokenizers/default"
+    """Tokenizer used to count tokens in the stats table."""
+    workers: int = 2
+    """Encoder processes per source."""
+
+    def __post_init__(self):
+        self.sources = [s if isinstance(s, Source) else Source(**s) for s in self.sources]
+        names = [s.name for s in self.sources]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate source names in {names}")
+        if not (0 <= self.validation < 1 and 0 <= self.test < 1 and self.validation + self.test < 1):
+            raise ValueError("validation and test must be fractions that sum below 1")
+
+
+def load_config(path: Path) -> CorpusConfig:
+    """Parse and check a corpus config: keys, dataset names and each source's tokenize flags."""
+    from logos.data import DATASETS
+
+    raw = yaml.safe_load(Path(path).read_text())
+    if not isinstance(raw, dict):
+        raise ValueError("not a mapping of corpus settings")
+    known = {f.name for f in dataclasses.fields(CorpusConfig)}
+    unknown = set(raw) - known
+    if unknown:
+        raise ValueError(f"unknown keys {sorted(unknown)} (known: {sorted(known)})")
+    config = CorpusConfig(**raw)
+    for source in config.sources:
+        if source.dataset and source.dataset not in DATASETS:
+            raise ValueError(f"source {source.name!r}: unknown dataset {source.dataset!r} (known: {', '.join(DATASETS)})")
+        _tokenize_options(source)  # bad flags fail here, before any work
+    return config
+
+
+def _digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _tokenize_options(source: Source) -> tuple[dict, str | None]:
+    """The per-domain options that ``logos tokenize`` would use with the source's flags."""
+    from logos.cli import build_parser
+    from logos.domains import DOMAINS
+
+    parser = build_parser()
+    try:
+        args = parser.parse_args(["tokenize", "IN", "-o", "OUT", *source.args])
+    except SystemExit:
+        raise ValueError(f"source {source.name!r}: bad tokenize flags {source.args}") from None
+    return {name: module.options(args) for name, module in DOMAINS.items()}, source.domain or args.domain
+
+
+def _inputs(source: Source, seed: int) -> list[Path]:
+    """The input files of a source; a fetched dataset folder gives its files matching ``pattern``."""
+    from logos import data
+
+    if source.dataset:
+        fetched = data.fetch(source.dataset, limit=source.limit, seed=seed)
+        return sorted(p for p in fetched.glob(source.pattern) if p.is_file()) if fetched.is_dir() else [fetched]
+    return sorted({Path(p) for pattern in source.files for p in (glob.glob(pattern, recursive=True) or [pattern])})
+
+
+def build_part(source: Source, config: CorpusConfig, out_dir: Path, echo=print) -> Path:
+    from logos.encode import tokenize_files
+
+    parts = out_dir / "parts"
+    parts.mkdir(parents=True, exist_ok=True)
+    part, marker = parts / f"{source.name}.jsonl", parts / f"{source.name}.done"
+    inputs = _inputs(source, config.seed)
+    # Inputs change -> the part is redone: their size and mtime, and the encoder version, are in the digest.
+    stamps = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) if p.exists() else (str(p), None, None)
+              for p in inputs]
+    digest = _digest({"source": dataclasses.asdict(source), "seed": config.seed, "inputs": stamps,
+                      "logos": __version__})
+    if part.exists() and marker.exists() and json.loads(marker.read_text()).get("digest") == digest:
+        echo(f"corpus: {source.name}: done earlier, skipped")
+        return part
+    marker.unlink(missing_ok=True)
+    options, domain = _tokenize_options(source)
+    tmp = parts / f"{source.name}.part.jsonl"
+    result = tokenize_files(inputs, tmp, options, domain=domain, workers=config.workers)
+    tmp.replace(part)
+    errors = parts / f"{source.name}.errors.jsonl"
+    errors.unlink(missing_ok=True)
+    if errors_path_for(tmp).exists():
+        errors_path_for(tmp).replace(errors)
+    marker.write_text(json.dumps({"digest": digest, "records": result.records, "rejected": result.errors,
+                                  "seconds": round(result.seconds, 1)}) + "\n")
+    echo(f"corpus: {source.name}: {result.records:,} records, {result.errors:,} rejected, "
+         f"{result.seconds:.0f} s" + (f" (rejections in {errors})" if result.errors else ""))
+    return part
+
+
+def group_key(record: dict) -> str:
+    """What must stay in one split: scaffold, product set, or source structure."""
+    domain = record.get("domain")
+    text = record["text"]
+    if domain == "molecule":
+        from rdkit import Chem
+        from rdkit.Chem.Scaffolds import MurckoScaffold
+
+        smiles = split_symbols(text)[1]
+        mol = Chem.MolFromSmiles(smiles)
+        if mol is not None:
+            scaffold = MurckoScaffold.MurckoScaffoldSmiles(mol=mol)
+            return "scaffold:" + (scaffold or Chem.MolToSmiles(mol))
+        return "smiles:" + smiles
+    if domain == "reaction":
+        from logos.domains.reaction import reaction_from_text
+
+        reactants, _, products = reaction_from_text(text)  # forward and retro forms group together
+        return "reaction:" + ".".join(sorted(reactants)) + ">>" + ".".join(sorted(products))
+    meta = record.get("meta") or {}
+    structure = meta.get("structure") or record.get("id") or record.get("source", "").rsplit(":", 1)[0]
+    return f"structure:{structure}"
+
+
+def _split_of(key: str, seed: int, validation: float, test: float) -> str:
+    u = int.from_bytes(hashlib.blake2b(f"{seed}:{key}".encode(), digest_size=8).digest(), "big") / 2**64
+    return "test" if u < test else "validation" if u < test + validation else "train"
+
+
+def split_parts(parts: list[Path], config: CorpusConfig, out_dir: Path, echo=print) -> dict:
+    from logos.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(Path(config.tokenizer))
+    seen: set[bytes] = set()
+    stats: dict[str, dict[str, dict[str, int]]] = {}
+    duplicates = 0
+    tmp_paths = {s: out_dir / f"{s}.jsonl.part" for s in SPLITS}
+    handles = {s: open(p, "w", encoding="utf-8") for s, p in tmp_paths.items()}
+    batch: list[tuple[str, dict]] = []
+
+    def flush():
+        lengths = [len(ids) for ids in tokenizer([r["text"] for _, r in batch], add_special_tokens=False)["input_ids"]]
+        for (split, rec), n_tokens in zip(batch, lengths):
+            handles[split].write(json.dumps(rec, ensure_ascii=False) + "\n")
+            row = stats.setdefault(rec.get("domain", "unknown"), {})
+            cell = row.setdefault(split, {"records": 0, "tokens": 0})
+            cell["records"] += 1
+            cell["tokens"] += n_tokens
+        batch.clear()
+
+    try:
+        for part in parts:
+            for rec in read_records(part):
+                h = hashlib.blake2b(rec["text"].encode(), digest_size=12).digest()
+                if h in seen:
+                    duplicates += 1
+                    continue
+                seen.add(h)
+                batch.append((_split_of(group_key(rec), config.seed, config.validation, config.test), rec))
+                if len(batch) >= 2048:
+                    flush()
+        flush()
+    finally:
+        for fh in handles.values():
+            fh.close()
+    for split, tmp in tmp_paths.items():
+        tmp.replace(out_dir / f"{split}.jsonl")
+    return {"domains": stats, "duplicates_dropped": duplicates}
+
+
+def stats_table(stats: dict) -> str:
+    lines = ["| domain | " + " | ".join(f"{s} records | {s} tokens" for s in SPLITS) + " |",
+             "|---|" + "---:|" * (2 * len(SPLITS))]
+    totals = {s: [0, 0] for s in SPLITS}
+    for domain, row in sorted(stats["domains"].items()):
+        cells = []
+        for s in SPLITS:
+            c = row.get(s, {"records": 0, "tokens": 0})
+            totals[s][0] += c["records"]
+            totals[s][1] += c["tokens"]
+            cells.append(f"{c['records']:,} | {c['tokens']:,}")
+        lines.append(f"| {domain} | " + " | ".join(cells) + " |")
+    lines.append("| **total** | " + " | ".join(f"{r:,} | {t:,}" for r, t in totals.values()) + " |")
+    lines.append(f"\nExact duplicates dropped: {stats['duplicates_dropped']:,}")
+    return "\n".join(lines)
+
+
+def build_corpus(config: CorpusConfig, out_dir: Path, echo=None) -> dict:
+    echo = echo or (lambda line: print(line, file=sys.stderr))
+    start = time.perf_counter()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    parts = [build_part(source, config, out_dir, echo) for source in config.sources]
+    split_digest = _digest({"parts": [(p.name, (p.with_suffix(".done")).read_text()) for p in parts],
+                            "seed": config.seed, "validation": config.validation, "test": config.test,
+                            "tokenizer": config.tokenizer})
+    marker = out_dir / "split.done"
+    if marker.exists() and json.loads(marker.read_text()).get("digest") == split_digest and \
+            all((out_dir / f"{s}.jsonl").exists() for s in SPLITS):
+        echo("corpus: split done earlier, skipped")
+        stats = json.loads((out_dir / "stats.json").read_text())
+    else:
+        marker.unlink(missing_ok=True)
+        stats = split_parts(parts, config, out_dir, echo)
+        stats["seconds"] = round(time.perf_counter() - start, 1)
+        (out_dir / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+        (out_dir / "stats.md").write_text(stats_table(stats) + "\n")
+        marker.write_text(json.dumps({"digest": split_digest}) + "\n")
+    rejected = sum(json.loads(p.with_suffix(".done").read_text()).get("rejected", 0) for p in parts)
+    stats["rejected"] = rejected
+    echo(stats_table(stats))
+    echo(f"corpus: {out_dir} ({time.perf_counter() - start:.0f} s)"
+         + (f"; {rejected:,} input records rejected (see {out_dir / 'parts'}/*.errors.jsonl)" if rejected else ""))
+    return stats

@@ -1,0 +1,304 @@
+"""Binding pockets: PDB/mmCIF protein-ligand complexes -> complex, ligand-first, site-search or transformation text.
+
+Records: ONE RECORD PER LIGAND. A structure with two copies of a ligand (or a cofactor and an
+inhibitor) gives one record each: the ``<aK>`` contact tokens index the atoms of exactly one
+``<MoleculeS>`` span, so one ligand per record keeps them unambiguous, and every bound ligand is
+its own training example. Every record carries all protein chains of the structure (the sequence
+context), with the pockets of *that* ligand marked. A structure with no qualifying ligand gives
+one plain-chains record (domain ``protein``).
+
+Ligands come from ``--ligand FILE`` (SDF or MOL2, every molecule in it is posed against every
+structure input; RDKit reads the bond orders from the file; ``--ligand auto`` pairs each
+``X_protein.pdb`` with the ``X_ligand.sdf`` beside it) or, by default, from the structure's
+own hetero groups (:mod:`logos.structure`: at least 6 heavy atoms, not water/ion/buffer/glycan;
+bond orders and charges from the PDB Chemical Component Dictionary, never guessed).
+
+Pocket marks. A residue with any heavy atom within ``--pocket-cutoff`` (5.0 A) of any ligand heavy
+atom is written ``<PocketS>K<aI><aJ><PocketE>``: ``<aI>`` lists the ligand heavy atoms within
+``--contact-cutoff`` (4.0 A) of that residue, I being the atom's position in the written SMILES
+(RDKit's ``_smilesAtomOutputOrder`` of the canonical isomeric SMILES, i.e. the atom index of the
+molecule RDKit parses back from that SMILES), ascending. Ligands above 256 heavy atoms cannot be
+indexed and are refused, and so are ligands whose SMILES would need dative (metal coordination)
+bonds, e.g. hemes: the grammar's SMILES has no ``->``.
+
+Forms (``--form``): ``complex`` (marked chains, then the ligand), ``ligand-first`` (ligand, then
+marked chains: pocket-from-ligand tasks), ``search`` (plain chains ``<Search>`` chains with pocket
+marks, no atom tokens: binding-site identification) and ``trans`` (plain chains and ligand
+``<Trans>`` marked chains and ligand).
+
+``meta``: the structure name, per chain its id / author numbers / insertion codes / non-standard
+residue names (as in :mod:`logos.domains.protein`), the ligand (CCD name, chain, author number,
+its atom names in SMILES order: CCD/PDB atom names for hetero groups, MOL2 atom names, or for SDF
+element + 1-based heavy-atom index in the file with hydrogens skipped) and the cut-offs used.
+
+Detokenizers: ``.pocket.csv`` and ``.pocket.json`` (chain, author residue number, insertion code,
+residue name, contacted ligand atoms); the ligand as ``.sdf`` is written by the molecule domain's
+SDF writer (2D, or 3D with ``--3d``), which reads every molecule span of a record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+from typing import Iterator
+
+from rdkit import Chem
+
+from logos import structure
+from logos.domains import protein
+from logos.domains.molecule import OPEN as MOL_OPEN, CLOSE as MOL_CLOSE, molecules_in_text, parse_molblock
+from logos.records import InputError, RecordError, WorkItem, open_text
+
+NAME = "pocket"
+FORMS = ("complex", "ligand-first", "search", "trans")
+MAX_LIGAND_ATOMS = 256
+
+__all__ = ["encode_structure", "ligand_span"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("binding pockets and protein-ligand complexes (PDB, mmCIF + ligand)")
+    g.add_argument("--ligand", metavar="LIG.sdf", help="ligand pose(s), SDF or MOL2, posed against every structure; "
+                   "'auto': X_ligand.sdf next to each X_protein.pdb (default: the structure's own hetero groups)")
+    g.add_argument("--pocket-cutoff", type=float, default=5.0, metavar="A",
+                   help="residue in the pocket: any heavy atom within this distance of the ligand (default 5.0)")
+    g.add_argument("--contact-cutoff", type=float, default=4.0, metavar="A",
+                   help="ligand atom <aK> in contact with a pocket residue within this distance (default 4.0)")
+    g.add_argument("--form", choices=FORMS, default="complex", help="record form for structures with a ligand")
+
+
+def options(args: argparse.Namespace) -> dict:
+    opts = protein.options(args)
+    opts.update({"ligand": getattr(args, "ligand", None),
+                 "pocket_cutoff": float(getattr(args, "pocket_cutoff", 5.0)),
+                 "contact_cutoff": float(getattr(args, "contact_cutoff", 4.0)),
+                 "form": getattr(args, "form", "complex")})
+    return opts
+
+
+def claims(path: Path) -> bool:
+    name = path.name.lower().removesuffix(".gz")
+    if name.endswith((".cif", ".mmcif")):
+        return structure.is_mmcif_text(path)  # small-molecule crystal CIFs belong to another domain
+    return name.endswith((".pdb", ".ent"))
+
+
+def count(path: Path) -> int:
+    return 1
+
+
+# ---------------------------------------------------------------- reading
+def read(path: Path, opts: dict) -> Iterator[WorkItem]:
+    stem = protein._stem(path)
+    if not opts.get("ligand"):
+        yield WorkItem(str(path), {"structure": str(path)}, id=stem)
+        return
+    lig = Path(opts["ligand"]) if opts["ligand"] != "auto" else _paired_ligand(path, stem)
+    for n, block in enumerate(_ligand_blocks(lig), 1):
+        yield WorkItem(f"{path}:{lig.name}#{n}", {"structure": str(path), "block": block,
+                                                   "mol2": lig.name.lower().removesuffix(".gz").endswith(".mol2"),
+                                                   "label": f"{lig.name}#{n}"},
+                       id=f"{stem}_{lig.stem}_{n}")
+
+
+def _paired_ligand(path: Path, stem: str) -> Path:
+    """``--ligand auto``: X_protein.pdb -> X_ligand.sdf (or X.sdf / .mol2) in the same folder."""
+    stems = [stem.replace("_protein", "_ligand"), stem] if "_protein" in stem else [stem + "_ligand", stem]
+    for s in stems:
+        for suffix in (".sdf", ".sdf.gz", ".mol2", ".mol2.gz"):
+            if (path.parent / (s + suffix)).exists():
+                return path.parent / (s + suffix)
+    raise InputError(f"--ligand auto: no {stems[0]}.sdf or .mol2 next to the structure")
+
+
+def _ligand_blocks(path: Path) -> Iterator[str]:
+    mol2 = path.name.lower().removesuffix(".gz").endswith(".mol2")
+    with open_text(path) as fh:
+        text = fh.read()
+    if mol2:
+        parts = text.split("@<TRIPOS>MOLECULE")
+        blocks = ["@<TRIPOS>MOLECULE" + p for p in parts[1:]]
+    else:
+        # The text after "$$$$" starts with that line's newline; the next line is the title.
+        blocks = [b[1:] if b.startswith("\n") else b for b in text.split("$$$$") if b.strip()]
+    if not blocks:
+        raise InputError(f"{path.name}: no ligand records")
+    yield from blocks
+
+
+# ---------------------------------------------------------------- encoding
+def _file_ligand(payload: dict) -> structure.Ligand:
+    if payload["mol2"]:
+        mol = Chem.MolFromMol2Block(payload["block"], sanitize=True, removeHs=True)
+        if mol is None:
+            raise RecordError(f"ligand {payload['label']}: RDKit cannot read or sanitize the MOL2 record")
+    else:
+        try:
+            mol = parse_molblock(payload["block"])
+        except RecordError as e:
+            raise RecordError(f"ligand {payload['label']}: {e}") from None
+    return structure.ligand_from_mol(mol, payload["label"])
+
+
+def _hetero_ligand(st: structure.Structure, k: int) -> structure.Ligand:
+    res, chain = st.ligand_residues[k], st.ligand_chains[k]
+    icode = res.seqid.icode.strip()
+    label = f"{res.name} {chain}/{res.seqid.num}{icode}"
+    mol, names = structure.ccd_mol(res)  # errors name the ligand; the record source names its residue
+    return structure.Ligand(mol, label, names, {"name": res.name, "chain": chain, "number": res.seqid.num,
+                                                "icode": icode})
+
+
+def ligand_span(lig: structure.Ligand) -> tuple[str, list[int]]:
+    """The ligand's molecule span and, per molecule atom index, its position in the written SMILES."""
+    if lig.mol.GetNumAtoms() > MAX_LIGAND_ATOMS:
+        raise RecordError(f"ligand {lig.label}: {lig.mol.GetNumAtoms()} heavy atoms; <aK> tokens stop at "
+                          f"{MAX_LIGAND_ATOMS}")
+    mol = Chem.Mol(lig.mol)
+    smiles = Chem.MolToSmiles(mol, isomericSmiles=True)
+    if "->" in smiles or "<-" in smiles:
+        # RDKit turns metal-ligand bonds that exceed a valence (hemes, metal clusters) into dative
+        # bonds, which the grammar's SMILES does not have; refused rather than rewritten.
+        metals = sorted({a.GetSymbol() for b in mol.GetBonds() if b.GetBondType() == Chem.BondType.DATIVE
+                         for a in (b.GetBeginAtom(), b.GetEndAtom()) if a.GetSymbol() not in "CNOPS"})
+        raise RecordError(f"ligand {lig.label}: metal coordination bonds ({', '.join(metals) or 'dative'}) cannot "
+                          "be written in the grammar's SMILES")
+    order = [int(i) for i in mol.GetProp("_smilesAtomOutputOrder").strip("[],").split(",") if i != ""]
+    rank = [0] * len(order)
+    for k, i in enumerate(order):
+        rank[i] = k
+    return MOL_OPEN + smiles + MOL_CLOSE, rank
+
+
+def encode_structure(st: structure.Structure, lig: structure.Ligand, opts: dict) -> tuple[str, dict]:
+    """Grammar text and meta of one structure-ligand pair in ``opts['form']``."""
+    span, rank = ligand_span(lig)
+    raw = structure.pocket_contacts(st, lig.coords, opts["pocket_cutoff"], opts["contact_cutoff"])
+    if not raw:
+        raise RecordError(f"ligand {lig.label}: no protein heavy atom within {opts['pocket_cutoff']} A "
+                          "(is it posed against this protein?)")
+    pockets = {key: sorted(rank[a] for a in atoms) for key, atoms in raw.items()}
+    marked = protein.chains_text(st.chains, opts, pockets)
+    form = opts.get("form", "complex")
+    if form == "complex":
+        text = marked + span
+    elif form == "ligand-first":
+        text = span + marked
+    elif form == "search":
+        text = protein.chains_text(st.chains, opts) + "<Search>" + protein.chains_text(st.chains, opts, pockets, atoms=False)
+    elif form == "trans":
+        text = protein.chains_text(st.chains, opts) + span + "<Trans>" + marked + span
+    else:
+        raise RecordError(f"unknown form {form!r}")
+    order = sorted(range(len(rank)), key=rank.__getitem__)
+    ligand_meta = dict(lig.meta, label=lig.label, atoms=[lig.atom_names[i] for i in order] if lig.atom_names else [])
+    meta = {"structure": st.name, "chains": [protein.chain_meta(c) for c in st.chains], "ligand": ligand_meta,
+            "pocket_cutoff": opts["pocket_cutoff"], "contact_cutoff": opts["contact_cutoff"], "form": form}
+    return text, meta
+
+
+def encode(item: WorkItem, opts: dict) -> list[dict]:
+    payload = item.payload
+    st = structure.read_structure(Path(payload["structure"]), seqres=opts.get("seqres", False))
+    if "block" in payload:
+        text, meta = encode_structure(st, _file_ligand(payload), opts)
+        return [{"text": text, "domain": NAME, "source": item.source, "id": item.id, "meta": meta}]
+    out: list[dict] = []
+    for k in range(len(st.ligand_residues)):
+        res = st.ligand_residues[k]
+        where = f"{res.name} {st.ligand_chains[k]}/{res.seqid.num}{res.seqid.icode.strip()}"
+        source = f"{item.source}:{where}"
+        try:
+            text, meta = encode_structure(st, _hetero_ligand(st, k), opts)
+        except RecordError as e:
+            # One bad ligand is reported on its own line; the structure's other ligands are still written.
+            out.append({"error": str(e), "source": source})
+            continue
+        ident = f"{item.id}_{res.name}_{st.ligand_chains[k]}{res.seqid.num}{res.seqid.icode.strip()}"
+        out.append({"text": text, "domain": NAME, "source": source, "id": ident, "meta": meta})
+    if not st.ligand_residues:
+        text = protein.chains_text(st.chains, opts)
+        meta = {"structure": st.name, "chains": [protein.chain_meta(c) for c in st.chains]}
+        out.append({"text": text, "domain": protein.NAME, "source": item.source, "id": item.id, "meta": meta})
+    return out
+
+
+# ---------------------------------------------------------------- detokenizers
+def pocket_rows(record: dict) -> list[dict]:
+    """One dict per pocket residue of a record: chain, author number, icode, name, contacted atoms."""
+    chains = protein.parse_chains(record["text"])
+    if not any(ch.pockets for ch in chains):
+        raise RecordError("record holds no pocket marks")
+    atom_names = ((record.get("meta") or {}).get("ligand") or {}).get("atoms") or []
+    ligands = molecules_in_text(record["text"]) if MOL_OPEN in record["text"] else []
+    if ligands:
+        n_atoms = Chem.MolFromSmiles(ligands[-1]).GetNumAtoms() if Chem.MolFromSmiles(ligands[-1]) else None
+        top = max((a for ch in chains for atoms in ch.pockets.values() for a in atoms), default=-1)
+        if n_atoms is None:
+            raise RecordError(f"ligand SMILES {ligands[-1][:60]!r} cannot be parsed")
+        if top >= n_atoms:
+            raise RecordError(f"contact token <a{top}> but the ligand has {n_atoms} heavy atoms")
+    rows = []
+    for c, ch in enumerate(chains):
+        for i, atoms in sorted(ch.pockets.items()):
+            chain_id, number, icode, name = protein.residue_table(record, c, i, ch.sequence[i])
+            row = {"chain": chain_id, "number": number, "icode": icode, "name": name, "letter": ch.sequence[i],
+                   "position": i + 1, "atoms": atoms}
+            if atom_names:
+                row["atom_names"] = [atom_names[a] if a < len(atom_names) else "?" for a in atoms]
+            rows.append(row)
+    return rows
+
+
+class PocketCsvWriter:
+    """``.pocket.csv``: one row per pocket residue (author numbering when the record has ``meta``)."""
+
+    suffixes = (".pocket.csv",)
+    columns = ("id", "chain", "res_num", "icode", "res_name", "letter", "position", "ligand_atoms",
+               "ligand_atom_names", "ligand_smiles")
+
+    def __init__(self, path: Path, args: argparse.Namespace | None = None):
+        self._fh = open(path, "w", encoding="utf-8", newline="")
+        self._csv = csv.writer(self._fh)
+        self._csv.writerow(self.columns)
+
+    def write(self, record: dict) -> int:
+        rows = pocket_rows(record)
+        ident = record.get("id") or record.get("source", "")
+        smiles = ".".join(molecules_in_text(record["text"])) if MOL_OPEN in record["text"] else ""
+        for r in rows:
+            self._csv.writerow((ident, r["chain"], r["number"], r["icode"], r["name"], r["letter"], r["position"],
+                                " ".join(map(str, r["atoms"])), " ".join(r.get("atom_names", [])), smiles))
+        return len(rows)
+
+    def close(self):
+        self._fh.close()
+
+
+class PocketJsonWriter:
+    """``.pocket.json``: a JSON array, one object per record: id, ligand SMILES, pocket residues."""
+
+    suffixes = (".pocket.json",)
+
+    def __init__(self, path: Path, args: argparse.Namespace | None = None):
+        self._fh = open(path, "w", encoding="utf-8")
+        self._fh.write("[")
+        self._first = True
+
+    def write(self, record: dict) -> int:
+        rows = pocket_rows(record)
+        obj = {"id": record.get("id") or record.get("source", ""),
+               "ligand": molecules_in_text(record["text"]) if MOL_OPEN in record["text"] else [],
+               "residues": rows}
+        self._fh.write(("\n" if self._first else ",\n") + json.dumps(obj, ensure_ascii=False))
+        self._first = False
+        return len(rows)
+
+    def close(self):
+        self._fh.write("\n]\n")
+        self._fh.close()
+
+
+WRITERS = (PocketCsvWriter, PocketJsonWriter)

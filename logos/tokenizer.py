@@ -1,0 +1,118 @@
+"""The shared tokenizer: SentencePiece BPE trained on grammar text, exported as a Hugging Face fast tokenizer.
+
+Choices (see NOTES.md for the measurements behind them):
+
+- BPE, not unigram: the HF conversion reproduces SentencePiece's ids exactly for BPE.
+- Every grammar symbol (``logos.grammar.special_tokens()``, in id order) is a user-defined symbol,
+  so it is one atomic piece that no merge crosses, and its id is fixed: ``<unk>``=0, ``<s>``=1,
+  ``</s>``=2, ``<pad>``=3, then the grammar symbols in inventory order, then 256 byte-fallback
+  pieces, then learned pieces. In the HF export the symbols are also registered as special added
+  tokens (needed for constrained decoding); ids and vocabulary size do not change.
+- Identity normalization, no dummy prefix, whitespace kept: ``decode(encode(t)) == t`` exactly.
+- ``split_by_unicode_script`` and ``split_by_number`` are off so BPE may merge across letters,
+  digits and brackets (``c1``, ``=O``, ``C(``): MOSES costs ~12 tokens per molecule instead of 24.
+- Every printable ASCII character is a required piece, so proteins, crystals and other domains
+  never need byte fallback for ordinary text even when the training sample lacks them.
+
+Never call ``decode(..., skip_special_tokens=True)`` before a detokenizer: it deletes the tags.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import string
+import sys
+import tempfile
+from pathlib import Path
+
+from logos.grammar import special_tokens
+from logos.records import read_records
+
+__all__ = ["build_tokenizer", "load_tokenizer", "SPECIALS"]
+
+SPECIALS = {"unk": "<unk>", "bos": "<s>", "eos": "</s>", "pad": "<pad>"}
+# "\u2581" is SentencePiece's space: required so spaces are one piece even when the sample has none.
+_REQUIRED_CHARS = "\u2581" + "".join(c for c in string.printable if c not in " \t\n\r\x0b\x0c")
+
+
+def _sample_texts(corpus: list[Path], max_sentences: int, seed: int) -> list[str]:
+    """A seeded reservoir sample of record texts from the corpus files."""
+    rng = random.Random(seed)
+    sample: list[str] = []
+    seen = 0
+    for path in corpus:
+        for rec in read_records(path):
+            text = rec["text"].replace("\n", " ")
+            seen += 1
+            if len(sample) < max_sentences:
+                sample.append(text)
+            else:
+                j = rng.randrange(seen)
+                if j < max_sentences:
+                    sample[j] = text
+    if not sample:
+        raise ValueError(f"no records in {', '.join(map(str, corpus))}")
+    return sample
+
+
+def build_tokenizer(corpus: list[Path], out_dir: Path, pieces: int = 512, max_sentences: int = 300_000,
+                    seed: int = 0) -> Path:
+    """Train on the corpus JSONL files and write ``tokenizer.model`` + HF files into ``out_dir``."""
+    import sentencepiece as spm
+
+    if pieces < len(_REQUIRED_CHARS) + 32:
+        raise ValueError(f"pieces must be at least {len(_REQUIRED_CHARS) + 32}: the {len(_REQUIRED_CHARS)} "
+                         "printable characters are pieces of their own")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    texts = _sample_texts(corpus, max_sentences, seed)
+    symbols = list(special_tokens())
+    vocab_size = len(SPECIALS) + len(symbols) + 256 + pieces
+    with tempfile.TemporaryDirectory() as tmp:
+        train_file = Path(tmp) / "train.txt"
+        train_file.write_text("\n".join(texts) + "\n", encoding="utf-8")
+        spm.SentencePieceTrainer.train(
+            input=str(train_file), model_prefix=str(out_dir / "tokenizer"), model_type="bpe",
+            vocab_size=vocab_size, hard_vocab_limit=False,
+            user_defined_symbols=symbols, byte_fallback=True, character_coverage=1.0,
+            required_chars=_REQUIRED_CHARS,
+            normalization_rule_name="identity", add_dummy_prefix=False, remove_extra_whitespaces=False,
+            split_by_unicode_script=False, split_by_number=False, split_digits=False,
+            max_sentence_length=1 << 16, num_threads=2, minloglevel=2,
+            unk_id=0, bos_id=1, eos_id=2, pad_id=3,
+            unk_piece=SPECIALS["unk"], bos_piece=SPECIALS["bos"], eos_piece=SPECIALS["eos"],
+            pad_piece=SPECIALS["pad"],
+        )
+    (out_dir / "tokenizer.vocab").unlink(missing_ok=True)
+    _export_hf(out_dir, symbols)
+    info = {"grammar_symbols": len(symbols), "learned_pieces": pieces, "training_records": len(texts),
+            "seed": seed, "corpus": [Path(p).name for p in corpus]}
+    (out_dir / "logos_tokenizer.json").write_text(json.dumps(info, indent=2) + "\n")
+    print(f"build-tokenizer: vocabulary {_vocab(out_dir)} "
+          f"({len(symbols)} grammar symbols, 256 bytes) from {len(texts)} records -> {out_dir}", file=sys.stderr)
+    return out_dir
+
+
+def _vocab(out_dir: Path) -> int:
+    import sentencepiece as spm
+
+    return spm.SentencePieceProcessor(model_file=str(out_dir / "tokenizer.model")).get_piece_size()
+
+
+def _export_hf(out_dir: Path, symbols: list[str]) -> None:
+    """Convert tokenizer.model to a fast tokenizer and register grammar symbols as special tokens."""
+    from tokenizers import AddedToken
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(out_dir))
+    tok.add_tokens([AddedToken(t, special=True, normalized=False) for t in symbols], special_tokens=True)
+    tok.pad_token = SPECIALS["pad"]
+    tok.save_pretrained(str(out_dir))
+
+
+def load_tokenizer(path: Path):
+    """The HF fast tokenizer of a tokenizer or checkpoint directory (no remote code)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)

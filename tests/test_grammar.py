@@ -1,0 +1,90 @@
+"""The grammar file: token inventory (ids pinned), validation with error positions, llguidance loads it."""
+
+from __future__ import annotations
+
+import pytest
+
+from logos import grammar
+
+VALID = [
+    "<MoleculeS>CC(=O)O<MoleculeE>",
+    "<MoleculeS>O=C([O-])c1ccccc1.[Na+]<MoleculeE>",
+    "<MoleculeS>C[C@H](N)C(=O)O<MoleculeE><MoleculeS>C/C=C/C<MoleculeE>",
+    "<MoleculeS>CC(=O)O<MoleculeE><MoleculeS>CCO<MoleculeE><Reagent><MoleculeS>[H+]<MoleculeE><React>"
+    "<MoleculeS>CCOC(C)=O<MoleculeE>",
+    "<MoleculeS>CCOC(C)=O<MoleculeE><ReverseReact><MoleculeS>CC(=O)O<MoleculeE><MoleculeS>CCO<MoleculeE>",
+    "<ProteinS>MKTAYIAK<ProteinE><ProteinS>GSHM<ProteinE>",
+    "<AntibodyS>EVQLVESGG<AntibodyE><AntibodyS>DIQMTQSP<AntibodyE>",
+    "<ProteinS>MKV<PocketS>K<a3><a5><PocketE>LLA<c+12>GG<ProteinE><StructureS>dvvpqr<StructureE>"
+    "<MoleculeS>CCO<MoleculeE>",
+    "<MoleculeS>CCO<MoleculeE><ProteinS>MKV<PocketS>K<a0><PocketE>LL<ProteinE>",
+    "<ProteinS>MKVKLL<ProteinE><Search><ProteinS>MKV<PocketS>K<PocketE>LL<ProteinE>",
+    "<MoleculeS>CCO<MoleculeE><Trans><ProteinS>MKV<PocketS>K<PocketE>LL<ProteinE>",
+    "<CrystalS><sg225> 5.692 5.692 5.692 90.00 90.00 90.00 Na<wa> 0.000 0.000 0.000 Cl<wb> 0.500 0.500 0.500"
+    "<CrystalE>",
+    "<CrystalS><sg221> 3.9 3.9 3.9 90 90 90 Fe<wa> 0 0 0<Occ>0.50 Co<wa> 0 0 0<Occ>0.50<CrystalE>",
+    "<MaterialS><MetalS>Zn4O<MetalE><MoleculeS>O=C([O-])c1ccc(C(=O)[O-])cc1<MoleculeE><MaterialE>",
+]
+
+INVALID = [  # (text, position of the first error)
+    ("<MoleculeS>CC(=O<MoleculeE>", 16),
+    ("<MoleculeS>CCO", 14),
+    ("CCO", 0),
+    ("<MoleculeS>CCO<MoleculeE><React>", 32),
+    ("<ProteinS>MK<PocketS>KL<PocketE><ProteinE>", 22),
+    ("<CrystalS><sg231> 1 1 1 90 90 90 Na<wa> 0 0 0<CrystalE>", 10),
+    ("<CrystalS><sg225> 1 1 1 90 90 Na<wa> 0 0 0<CrystalE>", 30),
+    ("<ProteinS>MKV<reserved0>L<ProteinE>", 13),
+    ("<MoleculeS>CCO<MoleculeE><ProteinS>MK<c+1024><ProteinE>", 37),
+]
+
+
+def test_inventory_ids_are_pinned():
+    tokens = grammar.special_tokens()
+    assert len(tokens) == 1622 == len(set(tokens))
+    # Golden positions: a change here shifts every token id of every trained model.
+    assert tokens[:4] == ("<MoleculeS>", "<MoleculeE>", "<ProteinS>", "<ProteinE>")
+    assert tokens.index("<React>") == 16 and tokens.index("<Occ>") == 21
+    assert tokens.index("<sg1>") == 22 and tokens.index("<sg230>") == 251
+    assert tokens.index("<wa>") == 252 and tokens.index("<wA>") == 278
+    assert tokens.index("<a0>") == 279 and tokens.index("<a255>") == 534
+    assert tokens.index("<c+1>") == 535 and tokens.index("<c+1023>") == 1557
+    assert tokens[-1] == "<reserved63>"
+
+
+@pytest.mark.parametrize("text", VALID)
+def test_valid_texts_parse(text):
+    grammar.validate(text)
+
+
+@pytest.mark.parametrize("text,position", INVALID)
+def test_invalid_texts_name_the_first_error(text, position):
+    with pytest.raises(grammar.GrammarError) as info:
+        grammar.validate(text)
+    assert info.value.position == position
+    assert f"position {position}" in str(info.value)
+
+
+def test_split_symbols():
+    assert grammar.split_symbols("<ProteinS>MK<PocketS>V<a12><PocketE>L<c+7><ProteinE>") == [
+        "<ProteinS>", "MK", "<PocketS>", "V", "<a12>", "<PocketE>", "L", "<c+7>", "<ProteinE>"]
+
+
+def test_llguidance_loads_the_same_grammar_file():
+    """The unchanged grammar file drives llguidance with the shared tokenizer (constrained decoding)."""
+    llguidance = pytest.importorskip("llguidance")
+    import llguidance.hf
+    from logos.tokenizer import load_tokenizer
+    from conftest import REPO
+
+    tok = load_tokenizer(REPO / "tokenizers" / "default")
+    lltok = llguidance.hf.from_tokenizer(tok)
+    compiled = llguidance.LLMatcher.grammar_from_lark(grammar.grammar_text())
+    for text in VALID:
+        matcher = llguidance.LLMatcher(lltok, compiled)
+        ids = tok.encode(text, add_special_tokens=False)
+        assert matcher.try_consume_tokens(ids) == len(ids), text
+        assert matcher.is_accepting(), text
+    matcher = llguidance.LLMatcher(lltok, compiled)
+    ids = tok.encode("<MoleculeS>CC(=O<MoleculeE>", add_special_tokens=False)
+    assert matcher.try_consume_tokens(ids) < len(ids)
