@@ -245,3 +245,12 @@ def test_supercell_orbit_is_not_split():
     assert text.count("Mg<wc>") == 1 and text.startswith("<CrystalS><sg221>")
     assert StructureMatcher().fit(Structure.from_dict(item.payload),
                                   pmg(crystal.crystal_to_cif(crystal.decode_text(text), "x"), text=True))
+
+
+def test_overfull_site_is_an_error_rounding_is_scaled():
+    cif = (ASSETS / "NaCl.cif").read_text()
+    scaled = cif.replace("Na1 Na 0.0 0.0 0.0 1.0", "Na1 Na 0.0 0.0 0.0 0.52\nK1 K 0.0 0.0 0.0 0.50")
+    assert "Na<wa> 0.0000 0.0000 0.0000<Occ>0.510" in crystal.encode(WorkItem("x", scaled), {})[0]["text"]
+    overfull = cif.replace("Na1 Na 0.0 0.0 0.0 1.0", "Na1 Na 0.0 0.0 0.0 0.7\nK1 K 0.0 0.0 0.0 0.6")
+    with pytest.raises(crystal.RecordError, match="occupancies sum to 1.300"):
+        crystal.encode(WorkItem("x", overfull), {})

@@ -25,8 +25,9 @@ own, so one broken block never loses the others), the symmetry operations it sta
   composite species for spglib (so a disordered site keeps its own symmetry), and every species of
   the site is written as its own site with ``<Occ>0.500`` after the coordinates (same letter,
   same coordinates). Fully occupied sites carry no occupancy token. Vacancies (occupancy sums
-  below 1) are kept as written. Different elements closer than 0.01 Angstrom with occupancies
-  summing above 1.01 are an error; the same element twice at one position counts once.
+  below 1) are kept as written. Occupancies of one position summing to 1.00-1.05 (rounding in
+  the source) are scaled to 1; above 1.05 they are an error. The same element twice at one
+  position (a duplicated atom) counts once.
 
 Detokenizer. Each representative is expanded with the operations of the space group's first
 Hall setting (spglib's database), after snapping it onto its special position (the average of
@@ -372,7 +373,9 @@ def _composite_cell(crystal: Crystal) -> tuple[np.ndarray, np.ndarray, list[tupl
             el = crystal.sites[j].element
             species[el] = max(species.get(el, 0.0), crystal.sites[j].occ)
         total = sum(species.values())
-        if total > 1.01:
+        if 1.0 < total <= 1.05:  # rounding in the source (0.52 + 0.50): scale to a full site
+            species = {e: o / total for e, o in species.items()}
+        elif total > 1.05:
             els = ", ".join(f"{e} {o:g}" for e, o in species.items())
             raise RecordError(f"atoms overlap at {tuple(round(float(v), 4) for v in frac[members[0]])}: "
                               f"occupancies sum to {total:.3f} ({els})")
