@@ -182,6 +182,10 @@ def test_detokenizer_rejects_bad_text_keeps_good(tmp_path, capsys):
     written = sorted((tmp_path / "o").glob("*.cif"))
     assert len(written) == 2 and "good" in written[0].name
     assert "grammar error" in err and "invalid lattice" in err
+    for text, reason in ((NACL.replace("Na<wa>", "Xx<wa>"), "unknown element 'Xx'"),
+                         (NACL.replace("0.5000<CrystalE>", "0.5000<Occ>1.5<CrystalE>"), "occupancy 1.5")):
+        with pytest.raises(crystal.RecordError, match=reason):
+            crystal.decode_text(text)
 
 
 # ---------------------------------------------------------------- validity

@@ -533,6 +533,10 @@ def parse_crystal_text(text: str) -> Crystal:
             occ = float(words[0])
             next_element = words[1] if len(words) > 1 else None
             i += 2
+        if gemmi.Element(element).atomic_number == 0:
+            raise RecordError(f"unknown element {element!r}")
+        if not 0.0 < occ <= 1.0:
+            raise RecordError(f"occupancy {occ:g} of {element} outside (0, 1]")
         sites.append(Site(element, frac, occ, wm.group(1)))
         element = next_element
     if not sites:
