@@ -20,12 +20,11 @@ Split (one CIF data block -> one record):
    0, -1, ..., -6, +1, +2, and the assignment with the most plausible formal charges wins
    (deprotonated O/S/N donors are free, charged carbon costs most; ties: the charge listed first),
    so deprotonated carboxylates come out as ``[O-]``. A linker whose valence search would exceed
-   ``MAX_VALENCE_CHOICES`` combinations (xyz2mol is exhaustive and can run for hours), or for which
-   no charge works, gets its
-   bond orders from a maximum matching of free valences instead (leftover O/N/S valences become
-   negative charges). Stereo is taken from
-   the 3D coordinates, and it is written as RDKit canonical isomeric SMILES without hydrogens.
-   Distinct linkers are written once each, sorted by SMILES.
+   ``MAX_VALENCE_CHOICES`` combinations (xyz2mol is exhaustive and can run for hours), or for
+   which no charge works, gets its bond orders from a maximum matching of free valences instead
+   (leftover O/N/S valences become negative charges). Stereo is taken from the 3D coordinates,
+   and the linker is written as RDKit canonical isomeric SMILES without hydrogens. Distinct
+   linkers are written once each, sorted by SMILES.
 5. The node string is the canonical description of the inorganic part: the connected components of
    metals plus inorganic atoms, each as a formula (metals alphabetically, then the other
    elements alphabetically; counts reduced by their greatest common divisor for periodic
@@ -70,7 +69,7 @@ NON_METALS = frozenset("H He B C N O F Ne Si P S Cl Ar As Se Br Kr Te I Xe At Rn
 CHARGES = (0, -1, -2, -3, -4, -5, -6, 1, 2)
 _MAX_DEGREE = {"H": 1, "F": 1, "O": 2, "C": 4, "N": 4, "B": 4, "Si": 4}
 # Valences RDKit's xyz2mol tries per element; the search is their product over the atoms, so a
-# linker with many multi-valent atoms (S, P, N with missing H) is refused instead of hanging.
+# linker with many multi-valent atoms (S, P, N with missing H) goes to the matching method instead.
 _VALENCES = {"H": (1,), "B": (3, 4), "C": (4,), "N": (3, 4), "O": (2, 1, 3), "F": (1,), "Si": (4,), "P": (5, 3),
              "S": (6, 3, 2), "Cl": (1,), "Br": (1,), "I": (1,), "Se": (2, 4, 6), "Te": (2, 4, 6), "As": (3, 5)}
 MAX_VALENCE_CHOICES = 65536
