@@ -52,6 +52,10 @@ def test_counter_ions_stay_in_the_inorganic_part():
     assert node.split(".")[-1] == "BF4" and node.startswith("Ag") and len(linkers) == 1
 
 
+def node_of_timmim() -> str:
+    return split("TIMMIM_charged")[0]
+
+
 def test_matching_fallback_agrees_with_xyz2mol(monkeypatch):
     monkeypatch.setattr(mof, "MAX_VALENCE_CHOICES", 0)  # force the matching path
     for name, expected in EXPECTED.items():
@@ -78,6 +82,8 @@ def test_cli_tokenize_and_detokenize(tmp_path, capsys):
         assert rec["domain"] == "mof"
     edusif = next(r for r in recs if r["id"] == "EDUSIF_clean")
     assert edusif["text"] == f"<MaterialS><MetalS>Zn4O<MetalE><MoleculeS>{BDC}<MoleculeE><MaterialE>"
+
+    assert mof.known_nodes([out]) == {"Zn4O", "Cu2", "Zn", node_of_timmim()}
 
     assert main(["detokenize", str(out), "-o", str(tmp_path / "mof.json"), "-q"]) == 0
     objs = json.loads((tmp_path / "mof.json").read_text())

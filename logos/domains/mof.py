@@ -74,7 +74,7 @@ _VALENCES = {"H": (1,), "B": (3, 4), "C": (4,), "N": (3, 4), "O": (2, 1, 3), "F"
              "S": (6, 3, 2), "Cl": (1,), "Br": (1,), "I": (1,), "Se": (2, 4, 6), "Te": (2, 4, 6), "As": (3, 5)}
 MAX_VALENCE_CHOICES = 65536
 
-__all__ = ["split_framework", "encode_framework", "parse_mof_text", "mof_validity", "JsonWriter"]
+__all__ = ["split_framework", "encode_framework", "parse_mof_text", "mof_validity", "known_nodes", "JsonWriter"]
 
 
 # ---------------------------------------------------------------- graph under periodic boundaries
@@ -396,6 +396,21 @@ def mof_validity(text: str, known_nodes: set[str] | None = None) -> dict:
     if result["node_known"] is False:
         result["reasons"].append(f"node {node!r} not seen in the training data")
     return result
+
+
+def known_nodes(paths: Iterable[Path]) -> set[str]:
+    """The node strings of every MOF record in tokenized JSONL files (the training data)."""
+    from logos.records import read_records
+
+    nodes = set()
+    for path in paths:
+        for rec in read_records(Path(path)):
+            if METAL_OPEN in rec["text"]:
+                try:
+                    nodes.add(parse_mof_text(rec["text"])[0])
+                except RecordError:
+                    continue
+    return nodes
 
 
 class JsonWriter:
