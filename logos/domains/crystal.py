@@ -614,6 +614,24 @@ def _cif_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.\-]+", "_", name)[:70] or "crystal"
 
 
+def _formula_sum(crystal: Crystal) -> str:
+    """Cell composition in lowest terms (Hill order: C, H, then alphabetical), e.g. ``Cl Na``."""
+    counts: dict[str, Fraction] = {}
+    matrix = crystal.matrix()
+    for s in crystal.sites:
+        n = len(orbit(s.frac, crystal.space_group, matrix)[1])
+        counts[s.element] = counts.get(s.element, Fraction(0)) + n * Fraction(s.occ).limit_denominator(1000)
+    g = functools.reduce(lambda x, y: Fraction(np.gcd(x.numerator * y.denominator, y.numerator * x.denominator),
+                                                x.denominator * y.denominator), counts.values())
+    order = sorted(counts, key=lambda e: (e != "C", e != "H", e) if "C" in counts else (0, 0, e))
+    parts = []
+    for e in order:
+        v = counts[e] / g
+        text = str(v.numerator) if v.denominator == 1 else f"{float(v):.3f}".rstrip("0")
+        parts.append(e if text == "1" else f"{e}{text}")
+    return " ".join(parts)
+
+
 def crystal_to_cif(crystal: Crystal, name: str = "crystal") -> str:
     """A CIF data block for a crystal given by its (snapped) asymmetric unit and space group."""
     sg = crystal.space_group
@@ -630,6 +648,7 @@ def crystal_to_cif(crystal: Crystal, name: str = "crystal") -> str:
     for tag, v in zip(("length_a", "length_b", "length_c", "angle_alpha", "angle_beta", "angle_gamma"), crystal.lattice):
         lines.append(f"_cell_{tag}   {v:.6f}")
     lines.append(f"_cell_volume   {gemmi.UnitCell(*crystal.lattice).volume:.4f}")
+    lines.append(f"_chemical_formula_sum   '{_formula_sum(crystal)}'")
     lines += ["loop_", "_space_group_symop_id", "_space_group_symop_operation_xyz"]
     lines += [f"{k} '{_symop_xyz(r, t)}'" for k, (r, t) in enumerate(zip(rots, trans), 1)]
     lines += ["loop_", "_atom_site_label", "_atom_site_type_symbol", "_atom_site_Wyckoff_symbol",
