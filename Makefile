@@ -15,7 +15,7 @@ $(VENV_OK): pyproject.toml
 venv: $(VENV_OK)
 
 test: $(VENV_OK)
-	$(PY) -m pytest tests
+	$(PY) -m pytest -q tests
 
 demo: $(VENV_OK)
 	bash scripts/demo.sh

@@ -33,6 +33,13 @@ run detokenize "$OUT/complex_hetatm_ligands.jsonl" -o "$OUT/pockets.pocket.csv"
 run detokenize "$OUT/complex_hetatm_ligands.jsonl" -o "$OUT/ligands.sdf"
 run detokenize "$OUT/structure_tokens.jsonl" -o "$OUT/residue_contacts.contacts.csv"
 
+echo "== crystals and MOFs: CIF -> space group, lattice, Wyckoff sites / node + linkers -> CIF, JSON, SDF"
+run tokenize $A/crystal/NaCl.cif $A/crystal/mp_dielectric_142.cif $A/crystal/mp_dielectric_3.json -o "$OUT/crystals.jsonl"
+run detokenize "$OUT/crystals.jsonl" -o "$OUT/crystals.cif"
+run tokenize $A/mof/EDUSIF_clean.cif $A/mof/FIQCEN_clean.cif --domain mof -o "$OUT/mofs.jsonl"
+run detokenize "$OUT/mofs.jsonl" -o "$OUT/mofs.json"
+run detokenize "$OUT/mofs.jsonl" -o "$OUT/mof_linkers.sdf"
+
 echo "== every record parses under the grammar"
 $LOGOS validate "$OUT"/*.jsonl
 
