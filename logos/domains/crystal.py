@@ -44,6 +44,7 @@ import argparse
 import contextlib
 import functools
 import json
+import os
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -53,7 +54,11 @@ from typing import Iterator
 
 import gemmi
 import numpy as np
-import spglib
+
+# spglib's C core prints search diagnostics ("ssm_get_exact_positions failed") to stderr; the
+# encoder reports failures itself, one line per record.
+os.environ.setdefault("SPGLIB_WARNING", "OFF")
+import spglib  # noqa: E402
 
 from logos.grammar import split_symbols
 from logos.records import InputError, RecordError, WorkItem, open_text
