@@ -83,6 +83,41 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_pack(args: argparse.Namespace) -> int:
+    from logos.pack import pack
+
+    result = pack([Path(p) for p in args.inputs], Path(args.tokenizer), Path(args.output),
+                  val_fraction=args.val_fraction, progress=False if args.quiet else None)
+    print(f"pack: {result.docs['train']:,} train / {result.docs['val']:,} val documents, "
+          f"{result.tokens['train']:,} / {result.tokens['val']:,} tokens in {result.seconds:.1f} s -> {args.output}",
+          file=sys.stderr)
+    return EXIT_REJECTED if result.errors else EXIT_OK
+
+
+def _cmd_pretrain(args: argparse.Namespace) -> int:
+    from logos.config import ConfigError, load_recipe
+
+    try:
+        recipe = load_recipe(Path(args.config), args.set or [])
+    except ConfigError as e:
+        print(f"logos pretrain: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.dry_run:
+        from logos.train import describe
+
+        print(describe(recipe))
+        return EXIT_OK
+    from logos.train import pretrain
+
+    result = pretrain(recipe, resume=args.resume, progress=False if args.quiet else None)
+    if int(__import__("os").environ.get("RANK", "0")) == 0:
+        print(f"pretrain: {result.steps} steps, {result.tokens:,} tokens in {result.seconds:.0f} s "
+              f"({result.tokens / max(result.seconds, 1e-9):,.0f} tokens/s); loss {result.first_loss:.3f} -> "
+              f"{result.last_loss:.3f}" + (f", val {result.val_loss:.3f}" if result.val_loss is not None else "")
+              + f" -> {result.out_dir}/hf", file=sys.stderr)
+    return EXIT_OK
+
+
 def _errors_name(output: str) -> str:
     from logos.records import errors_path_for
 
@@ -134,6 +169,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, help="keep a seeded random sample of this many records")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=_cmd_fetch)
+
+    p = sub.add_parser("pack", help="tokenized JSONL -> memory-mapped token shards + document index")
+    p.add_argument("inputs", nargs="+", metavar="CORPUS.jsonl")
+    p.add_argument("--tokenizer", default="tokenizers/default", metavar="DIR")
+    p.add_argument("-o", "--output", required=True, metavar="SHARDS/")
+    p.add_argument("--val-fraction", type=float, default=0.01, help="share of documents held out (by text hash)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_pack)
+
+    p = sub.add_parser("pretrain", help="train a model preset on shards through DeepSpeed (also under torchrun)")
+    p.add_argument("--config", required=True, metavar="RECIPE.yaml", help="e.g. pretrain/tiny.yaml")
+    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
+                   help="override a recipe field, e.g. --set train.max_minutes=3 (repeatable)")
+    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in train.out_dir")
+    p.add_argument("--dry-run", action="store_true", help="print the resolved config and parameter count, then exit")
+    p.add_argument("-q", "--quiet", action="store_true", help="log lines instead of a progress bar")
+    p.set_defaults(func=_cmd_pretrain)
     return parser
 
 
