@@ -118,6 +118,21 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from logos.generate import generate
+
+    result = generate(Path(args.checkpoint), Path(args.output), task=args.task, n=args.n, batch_size=args.batch_size,
+                      temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                      max_new_tokens=args.max_new_tokens, seed=args.seed,
+                      inputs=Path(args.input) if args.input else None,
+                      reference=Path(args.reference) if args.reference else None,
+                      progress=False if args.quiet else None, args=args)
+    print(f"generate: {result.summary()} -> {args.output}"
+          + (f" (invalid samples in {_errors_name(args.output)})" if result.valid < result.samples else ""),
+          file=sys.stderr)
+    return EXIT_OK
+
+
 def _errors_name(output: str) -> str:
     from logos.records import errors_path_for
 
@@ -186,6 +201,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the resolved config and parameter count, then exit")
     p.add_argument("-q", "--quiet", action="store_true", help="log lines instead of a progress bar")
     p.set_defaults(func=_cmd_pretrain)
+
+    p = sub.add_parser("generate", help="sample from a checkpoint -> .smi/.sdf/.rsmi, with validity/uniqueness/novelty")
+    p.add_argument("--checkpoint", default="checkpoints/tiny-moses", metavar="DIR", help="an exported HF directory")
+    p.add_argument("--task", choices=("molecule", "reaction"), default="molecule",
+                   help="molecule: unconditional; reaction: retrosynthesis of --input products")
+    p.add_argument("-n", type=int, default=100, help="samples (reaction: per input product)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.smi|OUT.sdf|OUT.rsmi")
+    p.add_argument("--input", metavar="PRODUCTS.smi", help="--task reaction: products to disconnect")
+    p.add_argument("--reference", metavar="TRAIN.smi", help="training SMILES for the novelty metric")
+    p.add_argument("--batch-size", type=int, default=50)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0, help="0: off")
+    p.add_argument("--top-p", type=float, default=1.0, help="1.0: off")
+    p.add_argument("--max-new-tokens", type=int, default=96, help="length budget; then only the closing token")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--3d", dest="three_d", action="store_true", help="SDF: embed a 3D conformer")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_generate)
     return parser
 
 
