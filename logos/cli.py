@@ -126,7 +126,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
                       max_new_tokens=args.max_new_tokens, seed=args.seed,
                       inputs=Path(args.input) if args.input else None,
                       reference=Path(args.reference) if args.reference else None,
-                      progress=False if args.quiet else None, args=args)
+                      progress=False if args.quiet else None, constrained=not args.unconstrained, args=args)
     print(f"generate: {result.summary()} -> {args.output}"
           + (f" (invalid samples in {_errors_name(args.output)})" if result.valid < result.samples else ""),
           file=sys.stderr)
@@ -216,6 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=1.0, help="1.0: off")
     p.add_argument("--max-new-tokens", type=int, default=96, help="length budget; then only the closing token")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--unconstrained", action="store_true",
+                   help="sample without the grammar constraint (llguidance); the task mask and budget stay")
     p.add_argument("--3d", dest="three_d", action="store_true", help="SDF: embed a 3D conformer")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_generate)

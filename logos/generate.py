@@ -7,13 +7,18 @@ Tasks:
   ``<s><MoleculeS>product<MoleculeE><ReverseReact>`` and the sample stops at ``</s>``.
 
 Sampling runs through transformers ``generate`` (KV cache, temperature / top-k / top-p, one seed
-per run) with a token mask (:class:`TaskMask`) that is a light, grammar-derived constraint rather
-than a full parser: the padded vocabulary rows, ``<s>``/``<pad>``/``<unk>``, byte-fallback tokens
-(every printable ASCII character has its own piece, so SMILES never needs them) and every grammar
-symbol the task cannot use are banned; after ``max_new_tokens - 1`` tokens only the closing token
-is allowed (a length budget: a weak model rarely closes a span by itself). Full grammar-constrained
-decoding (llguidance over ``grammar/logos.lark``) is not wired in yet: invalid SMILES are therefore
-possible and are counted, never written.
+per run). Two logits processors shape it:
+
+- :class:`GrammarMask` (default; ``--unconstrained`` turns it off): one llguidance matcher per row,
+  driven by ``grammar/logos.lark`` with the start rule set to the task (``molecule`` or
+  ``reaction``), so every sample parses as SMILES syntax (balanced branches, valid atoms/bonds).
+  Chemistry (valence, ring closures, aromaticity) is beyond a context-free grammar: RDKit still
+  rejects some samples, and they are counted, never written.
+- :class:`TaskMask`: bans the padded vocabulary rows, ``<s>``/``<pad>``/``<unk>``, byte-fallback
+  tokens (every printable ASCII character has its own piece, so SMILES never needs them) and every
+  grammar symbol the task cannot use; after a length budget only the closing token remains (a weak
+  model rarely closes a span by itself). With the grammar on, the budget ends ``GRAMMAR_SLACK``
+  tokens early and yields to the grammar when closing is not yet legal.
 
 Generated texts go through the domain writers (``.smi``/``.sdf`` for molecules, ``.rsmi`` for
 reactions; chosen by the output suffix). The report gives validity (RDKit parses the text),
@@ -37,6 +42,7 @@ from logos.records import ErrorLog, InputError, RecordError, errors_path_for
 
 __all__ = ["GenerateResult", "generate", "load_checkpoint", "TaskMask", "molecule_metrics"]
 
+GRAMMAR_SLACK = 8  # constrained: the budget closes this many tokens early, so open branches can still close
 BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 
 
@@ -82,6 +88,76 @@ def load_checkpoint(path: Path, device: str = "cpu"):
     tok = AutoTokenizer.from_pretrained(str(path))
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, use_safetensors=True)
     return model.to(device).eval(), tok
+
+
+class GrammarMask:
+    """A ``LogitsProcessor``: one llguidance matcher per row over ``grammar/logos.lark`` (start rule per task).
+
+    Each call first feeds every row's newest token to its matcher, then masks the logits to the tokens
+    the grammar allows next (intersected with the task mask when that leaves anything). Rows whose
+    matcher has stopped (the span is closed) or failed may only write ``close``. Masks are applied with
+    ``masked_fill`` (llguidance's torch helper is ``torch.compile``d: slow on CPU, NOTES.md).
+    """
+
+    def __init__(self, tokenizer, vocab_rows: int, start_rule: str, prompts: list[list[int]], close_id: int,
+                 prompt_len: int, task_mask: "TaskMask"):
+        import llguidance
+        import llguidance.hf
+
+        from logos.grammar import grammar_text
+
+        text = re.sub(r"(?m)^start:.*$", f"start: {start_rule}", grammar_text())
+        lltok = _lltokenizer(tokenizer, vocab_rows)
+        self.matchers = []
+        for ids in prompts:  # prompt tokens after <s>
+            m = llguidance.LLMatcher(lltok, text, log_level=0)
+            m.consume_tokens(ids)
+            if m.is_error():
+                raise InputError(f"prompt does not parse under the {start_rule!r} grammar: {m.get_error()}")
+            self.matchers.append(m)
+        self.vocab_rows = vocab_rows
+        self.close_id = close_id
+        self.prompt_len = prompt_len
+        self.task_mask = task_mask
+        self.words = (vocab_rows + 31) // 32
+        self._bits = torch.arange(32, dtype=torch.int32)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        from llguidance.numpy import fill_next_token_bitmask
+        import numpy as np
+
+        B = input_ids.shape[0]
+        fresh = input_ids.shape[1] > self.prompt_len
+        bitmask = np.zeros((B, self.words), dtype=np.int32)
+        for i, m in enumerate(self.matchers):
+            if fresh and not m.is_stopped() and not m.is_error():
+                m.consume_token(int(input_ids[i, -1]))
+            if m.is_stopped() or m.is_error():
+                bitmask[i, self.close_id // 32] = np.int32(np.uint32(1 << (self.close_id % 32)).view(np.int32))
+            else:
+                fill_next_token_bitmask(m, bitmask, i)
+                if m.is_accepting():
+                    bitmask[i, self.close_id // 32] |= np.int32(np.uint32(1 << (self.close_id % 32)).view(np.int32))
+        words = torch.from_numpy(bitmask)                                              # [B, W] int32
+        allowed = ((words[:, :, None] >> self._bits) & 1).flatten(1)[:, : scores.shape[1]].bool()  # [B, V]
+        masked = self.task_mask(input_ids, scores)
+        both = allowed & torch.isfinite(masked)
+        ok = both.any(dim=1, keepdim=True)
+        keep = torch.where(ok, both, allowed)
+        return scores.masked_fill(~keep, float("-inf"))
+
+
+_LLTOK: dict = {}
+
+
+def _lltokenizer(tokenizer, vocab_rows: int):
+    import llguidance.hf
+
+    key = (id(tokenizer), vocab_rows)
+    if key not in _LLTOK:
+        _LLTOK.clear()
+        _LLTOK[key] = llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_rows)
+    return _LLTOK[key]
 
 
 class TaskMask:
@@ -173,7 +249,7 @@ def _prompts(task: str, inputs: list[str] | None, n: int) -> list[tuple[str, str
 def generate(checkpoint: Path, out: Path, task: str = "molecule", n: int = 100, batch_size: int = 50,
              temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, max_new_tokens: int = 96, seed: int = 0,
              inputs: Path | None = None, reference: Path | None = None, progress: bool | None = None,
-             args: argparse.Namespace | None = None) -> GenerateResult:
+             constrained: bool = True, args: argparse.Namespace | None = None) -> GenerateResult:
     """Sample ``n`` molecules (or ``n`` reactant sets per product) and write them to ``out`` by suffix."""
     from logos.domains import molecule, reaction, writer_for
 
@@ -206,7 +282,10 @@ def generate(checkpoint: Path, out: Path, task: str = "molecule", n: int = 100, 
             width = max(map(len, ids))
             input_ids = torch.tensor([[tok.pad_token_id] * (width - len(x)) + x for x in ids])  # left padding
             attention = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids])
-            mask = TaskMask(tok, vocab_rows, allowed, close, width, max_new_tokens)
+            mask = TaskMask(tok, vocab_rows, allowed, close, width,
+                            max(2, max_new_tokens - GRAMMAR_SLACK) if constrained else max_new_tokens)
+            if constrained:
+                mask = GrammarMask(tok, vocab_rows, task, [x[1:] for x in ids], close, width, mask)
             with torch.no_grad():
                 gen = model.generate(input_ids=input_ids, attention_mask=attention, do_sample=True,
                                      temperature=temperature, top_k=top_k, top_p=top_p,

@@ -6,6 +6,7 @@ import pytest
 import torch
 from rdkit import Chem
 
+from logos.grammar import is_valid
 from logos.generate import TaskMask, canonical_set, generate, load_checkpoint, molecule_metrics
 from logos.train import Trainer
 from train_fixtures import MOSES_500, REPO, make_shards, tiny_recipe
@@ -37,21 +38,28 @@ def test_task_mask_bans_and_budget(checkpoint):
     assert torch.isfinite(forced[0]).nonzero().flatten().tolist() == [close]
 
 
-@pytest.mark.parametrize("suffix", [".smi", ".sdf"])
-def test_generate_molecules_writes_files_and_metrics(checkpoint, tmp_path, suffix):
+@pytest.mark.parametrize("suffix,constrained", [(".smi", True), (".sdf", False)])
+def test_generate_molecules_writes_files_and_metrics(checkpoint, tmp_path, suffix, constrained):
     out = tmp_path / f"gen{suffix}"
-    result = generate(checkpoint, out, n=12, batch_size=5, max_new_tokens=24, reference=MOSES_500, progress=False)
+    result = generate(checkpoint, out, n=12, batch_size=5, max_new_tokens=24, reference=MOSES_500, progress=False,
+                      constrained=constrained)
     assert result.samples == 12 and len(result.texts) == 12
-    assert all(t.startswith("<MoleculeS>") and t.endswith("<MoleculeE>") for t in result.texts)  # budget closes
+    assert all(t.startswith("<MoleculeS>") for t in result.texts)
+    closed = [t for t in result.texts if t.endswith("<MoleculeE>")]
+    if constrained:  # every closed sample parses under the grammar
+        assert closed and all(is_valid(t) for t in closed)
+    else:  # the length budget closes every span
+        assert len(closed) == 12
     assert result.valid <= 12 and result.unique <= result.valid and result.novel <= result.unique
     written = [m for m in Chem.SDMolSupplier(str(out))] if suffix == ".sdf" else out.read_text().splitlines()
     assert len(written) == result.valid
     errors = tmp_path / "gen.errors.jsonl"
     assert (errors.exists() and len(errors.read_text().splitlines()) == 12 - result.valid) or result.valid == 12
-    again = generate(checkpoint, tmp_path / "again.smi", n=12, batch_size=5, max_new_tokens=24, progress=False)
+    again = generate(checkpoint, tmp_path / "again.smi", n=12, batch_size=5, max_new_tokens=24, progress=False,
+                     constrained=constrained)
     assert again.texts == result.texts  # one seed, one result
     other = generate(checkpoint, tmp_path / "other.smi", n=12, batch_size=5, max_new_tokens=24, seed=1,
-                     progress=False)
+                     progress=False, constrained=constrained)
     assert other.texts != result.texts
 
 
@@ -63,6 +71,7 @@ def test_retrosynthesis_prompts(checkpoint, tmp_path):
     assert result.samples == 4  # 2 valid products x 2 samples; the bad input is reported and skipped
     assert all("<ReverseReact>" in t and t.startswith("<MoleculeS>CC(=O)Oc1ccccc1C(=O)O<MoleculeE>")
                for t in result.texts[:2])
+    assert all(is_valid(t) for t in result.texts if t.endswith("<MoleculeE>"))  # grammar-constrained
 
 
 def test_metrics_on_known_smiles():
