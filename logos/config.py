@@ -123,7 +123,8 @@ class TrainConfig:
     max_steps: int = 1000
     """Optimizer steps (the LR schedule's length)."""
     max_minutes: float | None = None
-    """Wall-clock budget; the run stops (and saves) when it is spent, whichever of the two comes first."""
+    """Wall-clock budget of training time; the run stops (and saves) at whichever of max_steps and this comes first,
+    and the LR decay runs over whichever budget is spent first (a time-limited run ends at the LR floor)."""
     lr: float = 1e-3
     """Peak learning rate."""
     min_lr_ratio: float = 0.1

@@ -64,10 +64,16 @@ def _dist_env_defaults() -> None:
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
 
 
-def lr_lambda(recipe: Recipe):
-    """LR multiplier of step ``s``: linear warm-up, then cosine/linear decay to ``min_lr_ratio``."""
+def lr_lambda(recipe: Recipe, clock=None):
+    """LR multiplier of step ``s``: linear warm-up, then cosine/linear decay to ``min_lr_ratio``.
+
+    With ``train.max_minutes`` and a ``clock`` (seconds trained so far), the decay runs over whichever
+    budget is spent first: progress = max(steps done / max_steps, time used / max_minutes), so a
+    time-limited run still ends its schedule at the floor.
+    """
     t = recipe.train
     warm, total, floor = t.warmup_steps, t.max_steps, t.min_lr_ratio
+    budget = t.max_minutes * 60 if t.max_minutes else None
 
     def f(step: int) -> float:
         if warm and step < warm:
@@ -75,6 +81,8 @@ def lr_lambda(recipe: Recipe):
         if t.schedule == "constant":
             return 1.0
         frac = min(1.0, (step - warm) / max(1, total - warm))
+        if budget and clock is not None:
+            frac = max(frac, min(1.0, clock() / budget))
         decay = 0.5 * (1 + math.cos(math.pi * frac)) if t.schedule == "cosine" else 1 - frac
         return floor + (1 - floor) * decay
 
@@ -182,7 +190,7 @@ class Trainer:
         optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": t.weight_decay},
                                        {"params": no_decay, "weight_decay": 0.0}],
                                       lr=t.lr, betas=t.betas, eps=1e-8)
-        fn = lr_lambda(recipe)
+        fn = lr_lambda(recipe, clock=self.elapsed_total)
         self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=self.model, optimizer=optimizer, config=ds_config(recipe, self.world),
             lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, fn))

@@ -60,6 +60,15 @@ def test_lr_schedule_warms_up_and_decays():
     f = lr_lambda(r)
     assert f(0) == pytest.approx(0.1) and f(9) == pytest.approx(1.0)
     assert f(55) < f(10) and f(100) == pytest.approx(r.train.min_lr_ratio)
+    timed = load_recipe(REPO / "pretrain" / "tiny.yaml", ["train.max_steps=100000", "train.warmup_steps=10",
+                                                          "train.max_minutes=10"])
+    clock = {"s": 0.0}
+    g = lr_lambda(timed, clock=lambda: clock["s"])
+    assert g(20) == pytest.approx(1.0, abs=1e-3)
+    clock["s"] = 300  # half the time budget: the middle of the cosine
+    assert g(20) == pytest.approx(timed.train.min_lr_ratio + (1 - timed.train.min_lr_ratio) * 0.5, rel=1e-3)
+    clock["s"] = 600
+    assert g(21) == pytest.approx(timed.train.min_lr_ratio)
 
 
 def test_dry_run_prints_config_and_parameter_count(capsys):
