@@ -118,6 +118,14 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from logos.export import export_run
+
+    out = export_run(Path(args.run), Path(args.output), tag=args.tag)
+    print(f"export: {args.run} -> {out}", file=sys.stderr)
+    return EXIT_OK
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
     from logos.generate import generate
 
@@ -201,6 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the resolved config and parameter count, then exit")
     p.add_argument("-q", "--quiet", action="store_true", help="log lines instead of a progress bar")
     p.set_defaults(func=_cmd_pretrain)
+
+    p = sub.add_parser("export", help="a saved pretrain checkpoint (ZeRO 0-2) -> self-contained HF directory")
+    p.add_argument("run", metavar="RUN_DIR", help="train.out_dir of a logos pretrain run")
+    p.add_argument("-o", "--output", required=True, metavar="DIR")
+    p.add_argument("--tag", help="checkpoint tag, e.g. step0000500 (default: the latest)")
+    p.set_defaults(func=_cmd_export)
 
     p = sub.add_parser("generate", help="sample from a checkpoint -> .smi/.sdf/.rsmi, with validity/uniqueness/novelty")
     p.add_argument("--checkpoint", default="checkpoints/tiny-moses", metavar="DIR", help="an exported HF directory")

@@ -6,6 +6,11 @@ recipe, step, tokens and the shard metadata of the run). It loads with plain
 ``AutoModelForCausalLM.from_pretrained`` / ``AutoTokenizer.from_pretrained``; weights are
 safetensors only, so loading it never unpickles anything.
 
+``export_run`` (``logos export RUN``) re-exports a saved DeepSpeed checkpoint of ZeRO stage 0-2, whose
+``mp_rank_00_model_states.pt`` holds the full module: it is read with ``torch.load(weights_only=True)``
+(tensors and plain containers only; no code runs). ZeRO-3 checkpoints hold only shards; their
+consolidated weights are written at save time into ``RUN/hf`` (parameters gathered across ranks).
+
 The directory is written next to its destination and renamed into place, so a reader never sees
 a half-written export (the previous one is removed only after the new one is complete).
 """
@@ -18,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["export_hf", "TOKENIZER_FILES", "load_run_info"]
+__all__ = ["export_hf", "export_run", "TOKENIZER_FILES", "load_run_info"]
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json",
                    "logos_tokenizer.json")
@@ -65,3 +70,31 @@ def load_run_info(checkpoint: Path) -> dict:
     """``logos_run.json`` of an exported checkpoint ({} for a plain HF directory)."""
     path = Path(checkpoint) / RUN_FILE
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+def export_run(run_dir: Path, out: Path, tag: str | None = None) -> Path:
+    """Export checkpoint ``tag`` (default: the latest) of a ``logos pretrain`` run directory as an HF directory."""
+    from logos.config import load_recipe
+    from logos.records import InputError
+
+    run_dir = Path(run_dir)
+    if not (run_dir / "recipe.yaml").exists():
+        raise InputError(f"{run_dir} is not a pretrain run directory (no recipe.yaml)")
+    recipe = load_recipe(run_dir / "recipe.yaml")
+    ckpt = run_dir / "checkpoints"
+    if tag is None:
+        if not (ckpt / "latest").exists():
+            raise InputError(f"no checkpoint in {ckpt}")
+        tag = (ckpt / "latest").read_text().strip()
+    if recipe.train.zero_stage == 3:
+        raise InputError(f"ZeRO-3 checkpoints hold shards only; the consolidated export of each save is {run_dir / 'hf'}")
+    path = ckpt / tag / "mp_rank_00_model_states.pt"
+    if not path.exists():
+        raise InputError(f"no {path.name} in {ckpt / tag}")
+    saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    state = {k: v.float() for k, v in saved["module"].items()}
+    vocab = state["model.embed_tokens.weight"].shape[0]
+    config = recipe.model.hf_config(vocab)
+    run = {"recipe": recipe.to_dict(), "step": saved.get("step"), "tokens": saved.get("tokens"),
+           "exported_from": str(path)}
+    return export_hf(state, config, Path(recipe.train.tokenizer), out, run, dtype=recipe.train.export_dtype)

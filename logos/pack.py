@@ -117,7 +117,7 @@ def pack(inputs: list[Path], tokenizer_dir: Path, out_dir: Path, val_fraction: f
     meta = {
         "format": "logos-shards-v1",
         "tokenizer": str(Path(tokenizer_dir).resolve()),
-        "vocab_size": vocab, "dtype": np.dtype(dtype).name, "bos_id": bos, "eos_id": eos,
+        "vocab_size": vocab, "dtype": np.dtype(dtype).name, "bos_id": bos, "eos_id": eos, "pad_id": tok.pad_token_id,
         "domains": domains,
         "split": {"rule": "crc32(text) < val_fraction * 2**32 -> val", "val_fraction": val_fraction},
         "docs": {s: len(docs[s]) for s in SPLITS}, "tokens": dict(offset),

@@ -184,7 +184,8 @@ class Trainer:
         self.train_reader = ShardReader(Path(t.data), "train", t.seq_len, seed=t.seed)
         self.val_reader = (ShardReader(Path(t.data), "val", t.seq_len, seed=t.seed)
                            if self.meta["tokens"]["val"] > t.seq_len else None)
-        self.model = build_model(recipe, self.meta["vocab_size"], self.meta["bos_id"], self.meta["eos_id"], 3)
+        self.model = build_model(recipe, self.meta["vocab_size"], self.meta["bos_id"], self.meta["eos_id"],
+                                 self.meta.get("pad_id", 3))
         decay = [p for p in self.model.parameters() if p.ndim >= 2]
         no_decay = [p for p in self.model.parameters() if p.ndim < 2]
         optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": t.weight_decay},

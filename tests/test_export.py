@@ -52,3 +52,22 @@ def test_export_replaces_atomically(shards, tmp_path):
     second = trainer.export(tmp_path / "hf")
     assert first == second and not (tmp_path / "hf.tmp").exists() and not (tmp_path / "hf.old").exists()
     assert json.loads((second / "logos_run.json").read_text())["step"] == 1
+
+
+@pytest.mark.parametrize("stage", [0, 2])
+def test_logos_export_of_a_saved_checkpoint(shards, tmp_path, stage):
+    from transformers import AutoModelForCausalLM
+
+    from logos.cli import main
+
+    trainer = Trainer(tiny_recipe(shards, tmp_path / "run", zero_stage=stage), progress=False, echo=lambda line: None)
+    for _ in range(2):
+        trainer.step()
+    trainer.save()  # also writes run/hf from the live engine
+    assert main(["export", str(tmp_path / "run"), "-o", str(tmp_path / "offline")]) == 0
+    x = torch.from_numpy(trainer.val_reader.rows_at([0])[0][:, :-1])
+    live = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "hf")
+    offline = AutoModelForCausalLM.from_pretrained(tmp_path / "offline")
+    with torch.no_grad():
+        torch.testing.assert_close(offline(input_ids=x).logits, live(input_ids=x).logits)
+    assert json.loads((tmp_path / "offline" / "logos_run.json").read_text())["step"] == 2
