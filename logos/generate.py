@@ -12,7 +12,7 @@ per run). Two logits processors shape it:
 - :class:`GrammarMask` (default; ``--unconstrained`` turns it off): one llguidance matcher per row,
   driven by ``grammar/logos.lark`` with the start rule set to the task (``molecule`` or
   ``reaction``), so every sample parses as SMILES syntax (balanced branches, valid atoms/bonds).
-  Chemistry (valence, ring closures, aromaticity) is beyond a context-free grammar: RDKit still
+  Chemistry (valence, ring-closure pairing, aromaticity) is not in the grammar: RDKit still
   rejects some samples, and they are counted, never written.
 - :class:`TaskMask`: bans the padded vocabulary rows, ``<s>``/``<pad>``/``<unk>``, byte-fallback
   tokens (every printable ASCII character has its own piece, so SMILES never needs them) and every
