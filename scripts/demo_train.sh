@@ -23,8 +23,8 @@ step pretrain --config pretrain/tiny.yaml --dry-run | tail -3
 rm -rf "$OUT/run"
 step pretrain --config pretrain/tiny.yaml -q \
     --set train.data="$OUT/shards" --set train.out_dir="$OUT/run" \
-    --set train.max_minutes="$TRAIN_MINUTES" --set train.max_steps=$((TRAIN_MINUTES * 40)) \
-    --set train.save_every=100000 --set train.log_every=20 2>&1 | grep -v '^\[' 
+    --set train.max_minutes="$TRAIN_MINUTES" --set train.save_every=100000 --set train.log_every=100 \
+    2>&1 | grep -v '^\['  # DeepSpeed's own [INFO]/[WARNING] lines
 step generate --checkpoint "$OUT/run/hf" --task molecule -n "$SAMPLES" -o "$OUT/generated.sdf" \
     --reference "$OUT/moses_train.smi" --temperature 0.7 -q
 echo "loss curve: $OUT/run/loss.png; metrics: $OUT/run/metrics.csv; checkpoint: $OUT/run/hf"
