@@ -272,6 +272,7 @@ def generate(checkpoint: Path, out: Path, task: str = "molecule", n: int = 100, 
     writer = writer_cls(out, args)
     errors = ErrorLog(errors_path_for(out), echo=lambda line: None)
     texts: list[str] = []
+    written: list[str] = []  # texts the writer accepted (RDKit parsed every molecule)
     n_tokens = 0
     bar = tqdm(total=len(prompts), unit="sample", desc=f"generate {task}", file=sys.stderr, dynamic_ncols=True,
                disable=None if progress is None else not progress, mininterval=0.5)
@@ -300,6 +301,7 @@ def generate(checkpoint: Path, out: Path, task: str = "molecule", n: int = 100, 
                 texts.append(text)
                 try:
                     writer.write({"text": text, "id": ident, "source": f"generate:{ident}"})
+                    written.append(text)
                 except RecordError as e:
                     errors.add(ident, f"{e} | {text}")
             bar.update(len(chunk))
@@ -314,7 +316,7 @@ def generate(checkpoint: Path, out: Path, task: str = "molecule", n: int = 100, 
         canon, unique, novel = molecule_metrics(texts, ref)
         valid = sum(c is not None for c in canon)
     else:
-        valid = len(texts) - errors.count
-        unique = len(set(texts)) if valid else 0
+        valid = len(written)
+        unique = len(set(written))
         novel = None
     return GenerateResult(len(texts), valid, unique, novel, seconds, n_tokens, texts)

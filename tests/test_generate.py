@@ -72,6 +72,9 @@ def test_retrosynthesis_prompts(checkpoint, tmp_path):
     assert all("<ReverseReact>" in t and t.startswith("<MoleculeS>CC(=O)Oc1ccccc1C(=O)O<MoleculeE>")
                for t in result.texts[:2])
     assert all(is_valid(t) for t in result.texts if t.endswith("<MoleculeE>"))  # grammar-constrained
+    assert result.unique <= result.valid <= result.samples
+    written = (tmp_path / "retro.rsmi").read_text().splitlines()
+    assert len(written) == result.valid and all(">>" in line or ">" in line for line in written)
 
 
 def test_metrics_on_known_smiles():
