@@ -154,6 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="logos", description=__doc__.split("\n")[0],
                                      epilog="Exit status: 0 ok; 1 some records rejected (good ones written); 2 usage error.")
     parser.add_argument("--version", action="version", version=f"logos {__version__}")
+    # The deepspeed launcher puts --local_rank=N before the subcommand; LOCAL_RANK in the environment says the same.
+    parser.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("tokenize", help="scientific files -> grammar-text JSONL")

@@ -116,12 +116,21 @@ def test_save_load_gives_the_same_next_step_loss(shards, tmp_path, stage):
     assert got == pytest.approx(expected, rel=1e-6, abs=1e-6)
 
 
+LAUNCHERS = {
+    "torchrun": ["torchrun", "--standalone", "--nproc_per_node", "2", "-m", "logos.cli"],
+    "deepspeed": ["deepspeed", "--num_gpus", "2", "--master_port", "{port}", "--module", "logos.cli"],
+}
+
+
 @pytest.mark.slow
-def test_two_processes_under_torchrun(shards, tmp_path):
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_two_processes_under_a_launcher(shards, tmp_path, launcher):
+    from logos.train import _free_port
+
     out = tmp_path / "run2"
-    torchrun = Path(sys.executable).with_name("torchrun")
-    cmd = [str(torchrun), "--standalone", "--nproc_per_node", "2", "-m", "logos.cli", "pretrain",
-           "--config", str(REPO / "pretrain" / "tiny.yaml"), "-q"]
+    argv = [a.format(port=_free_port()) for a in LAUNCHERS[launcher]]
+    cmd = [str(Path(sys.executable).with_name(argv[0]))] + argv[1:] + [
+        "pretrain", "--config", str(REPO / "pretrain" / "tiny.yaml"), "-q"]
     recipe = tiny_recipe(shards, out, zero_stage=2, max_steps=10, micro_batch=4, log_every=5, save_every=10)
     for section in ("train",):
         for key, value in recipe.to_dict()[section].items():
