@@ -102,7 +102,7 @@ def test_run_writes_metrics_plot_checkpoint_and_export(shards, tmp_path):
     assert (out / "hf" / "model.safetensors").exists() and (out / "hf" / "tokenizer.json").exists()
 
 
-@pytest.mark.parametrize("stage", [0, 2])
+@pytest.mark.parametrize("stage", [0, 2, 3])
 def test_save_load_gives_the_same_next_step_loss(shards, tmp_path, stage):
     recipe = tiny_recipe(shards, tmp_path / "run", zero_stage=stage, max_steps=20)
     a = Trainer(recipe, progress=False, echo=lambda line: None)
@@ -144,3 +144,23 @@ def test_two_processes_under_a_launcher(shards, tmp_path, launcher):
     assert int(rows[-1]["tokens"]) == 10 * 2 * 4 * 64  # both ranks' rows counted
     assert (out / "hf" / "model.safetensors").exists()
     assert (out / "checkpoints" / "step0000010").is_dir()
+
+
+def test_killed_run_resumes_to_the_same_loss_curve(shards, tmp_path):
+    def losses(out):
+        return {int(r["step"]): float(r["loss"]) for r in csv.DictReader(open(out / "metrics.csv"))}
+
+    straight = tiny_recipe(shards, tmp_path / "straight", max_steps=6, log_every=1)
+    Trainer(straight, progress=False, echo=lambda line: None).train()
+    broken = tiny_recipe(shards, tmp_path / "broken", max_steps=6, log_every=1)
+    first = Trainer(broken, progress=False, echo=lambda line: None)
+    for _ in range(4):
+        first.step()
+    first.save()  # then the process "dies"
+    from logos.cli import main
+
+    args = ["pretrain", "--config", str(tmp_path / "broken" / "recipe.yaml"), "--resume", "-q"]
+    assert main(args) == 0
+    got, expected = losses(tmp_path / "broken"), losses(tmp_path / "straight")
+    assert sorted(got) == [5, 6]  # the resumed process appends its own rows
+    assert [got[5], got[6]] == pytest.approx([expected[5], expected[6]], rel=1e-6)
