@@ -101,8 +101,11 @@ class GrammarMask:
 
     def __init__(self, tokenizer, vocab_rows: int, start_rule: str, prompts: list[list[int]], close_id: int,
                  prompt_len: int, task_mask: "TaskMask"):
-        import llguidance
-        import llguidance.hf
+        try:
+            import llguidance
+        except ImportError:
+            raise InputError("grammar-constrained sampling needs llguidance (pip install 'logos[decode]'); "
+                             "or pass --unconstrained") from None
 
         from logos.grammar import grammar_text
 
