@@ -105,6 +105,64 @@ def _cmd_corpus_build(args: argparse.Namespace) -> int:
     return EXIT_REJECTED if stats.get("rejected") else EXIT_OK
 
 
+def _cmd_pack(args: argparse.Namespace) -> int:
+    from logos.pack import pack
+
+    result = pack([Path(p) for p in args.inputs], Path(args.tokenizer), Path(args.output),
+                  val_fraction=args.val_fraction, progress=False if args.quiet else None)
+    print(f"pack: {result.docs['train']:,} train / {result.docs['val']:,} val documents, "
+          f"{result.tokens['train']:,} / {result.tokens['val']:,} tokens in {result.seconds:.1f} s -> {args.output}",
+          file=sys.stderr)
+    return EXIT_REJECTED if result.errors else EXIT_OK
+
+
+def _cmd_pretrain(args: argparse.Namespace) -> int:
+    from logos.config import ConfigError, load_recipe
+
+    try:
+        recipe = load_recipe(Path(args.config), args.set or [])
+    except ConfigError as e:
+        print(f"logos pretrain: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.dry_run:
+        from logos.train import describe
+
+        print(describe(recipe))
+        return EXIT_OK
+    from logos.train import pretrain
+
+    result = pretrain(recipe, resume=args.resume, progress=False if args.quiet else None)
+    if int(__import__("os").environ.get("RANK", "0")) == 0:
+        print(f"pretrain: {result.steps} steps, {result.tokens:,} tokens in {result.seconds:.0f} s "
+              f"({result.tokens / max(result.seconds, 1e-9):,.0f} tokens/s); loss {result.first_loss:.3f} -> "
+              f"{result.last_loss:.3f}" + (f", val {result.val_loss:.3f}" if result.val_loss is not None else "")
+              + f" -> {result.out_dir}/hf", file=sys.stderr)
+    return EXIT_OK
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from logos.export import export_run
+
+    out = export_run(Path(args.run), Path(args.output), tag=args.tag)
+    print(f"export: {args.run} -> {out}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from logos.generate import generate
+
+    result = generate(Path(args.checkpoint), Path(args.output), task=args.task, n=args.n, batch_size=args.batch_size,
+                      temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                      max_new_tokens=args.max_new_tokens, seed=args.seed,
+                      inputs=Path(args.input) if args.input else None,
+                      reference=Path(args.reference) if args.reference else None,
+                      progress=False if args.quiet else None, constrained=not args.unconstrained, args=args)
+    print(f"generate: {result.summary()} -> {args.output}"
+          + (f" (invalid samples in {_errors_name(args.output)})" if result.valid < result.samples else ""),
+          file=sys.stderr)
+    return EXIT_OK
+
+
 def _errors_name(output: str) -> str:
     from logos.records import errors_path_for
 
@@ -118,6 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="logos", description=__doc__.split("\n")[0],
                                      epilog="Exit status: 0 ok; 1 some records rejected (good ones written); 2 usage error.")
     parser.add_argument("--version", action="version", version=f"logos {__version__}")
+    # The deepspeed launcher puts --local_rank=N before the subcommand; LOCAL_RANK in the environment says the same.
+    parser.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("tokenize", help="scientific files -> grammar-text JSONL")
@@ -165,6 +225,49 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, help="keep a seeded random sample of this many records")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=_cmd_fetch)
+
+    p = sub.add_parser("pack", help="tokenized JSONL -> memory-mapped token shards + document index")
+    p.add_argument("inputs", nargs="+", metavar="CORPUS.jsonl")
+    p.add_argument("--tokenizer", default="tokenizers/default", metavar="DIR")
+    p.add_argument("-o", "--output", required=True, metavar="SHARDS/")
+    p.add_argument("--val-fraction", type=float, default=0.01, help="share of documents held out (by text hash)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_pack)
+
+    p = sub.add_parser("pretrain", help="train a model preset on shards through DeepSpeed (also under torchrun)")
+    p.add_argument("--config", required=True, metavar="RECIPE.yaml", help="e.g. pretrain/tiny.yaml")
+    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
+                   help="override a recipe field, e.g. --set train.max_minutes=3 (repeatable)")
+    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in train.out_dir")
+    p.add_argument("--dry-run", action="store_true", help="print the resolved config and parameter count, then exit")
+    p.add_argument("-q", "--quiet", action="store_true", help="log lines instead of a progress bar")
+    p.set_defaults(func=_cmd_pretrain)
+
+    p = sub.add_parser("export", help="a saved pretrain checkpoint (ZeRO 0-2) -> self-contained HF directory")
+    p.add_argument("run", metavar="RUN_DIR", help="train.out_dir of a logos pretrain run")
+    p.add_argument("-o", "--output", required=True, metavar="DIR")
+    p.add_argument("--tag", help="checkpoint tag, e.g. step0000500 (default: the latest)")
+    p.set_defaults(func=_cmd_export)
+
+    p = sub.add_parser("generate", help="sample from a checkpoint -> .smi/.sdf/.rsmi, with validity/uniqueness/novelty")
+    p.add_argument("--checkpoint", default="checkpoints/tiny-moses", metavar="DIR", help="an exported HF directory")
+    p.add_argument("--task", choices=("molecule", "reaction"), default="molecule",
+                   help="molecule: unconditional; reaction: retrosynthesis of --input products")
+    p.add_argument("-n", type=int, default=100, help="samples (reaction: per input product)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.smi|OUT.sdf|OUT.rsmi")
+    p.add_argument("--input", metavar="PRODUCTS.smi", help="--task reaction: products to disconnect")
+    p.add_argument("--reference", metavar="TRAIN.smi", help="training SMILES for the novelty metric")
+    p.add_argument("--batch-size", type=int, default=50)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0, help="0: off")
+    p.add_argument("--top-p", type=float, default=1.0, help="1.0: off")
+    p.add_argument("--max-new-tokens", type=int, default=96, help="length budget; then only the closing token")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--unconstrained", action="store_true",
+                   help="sample without the grammar constraint (llguidance); the task mask and budget stay")
+    p.add_argument("--3d", dest="three_d", action="store_true", help="SDF: embed a 3D conformer")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_generate)
     return parser
 
 

@@ -1,0 +1,232 @@
+"""Typed pretraining configuration: the schema that every YAML recipe under ``pretrain/`` instantiates.
+
+A recipe has two sections, ``model`` (:class:`ModelConfig`, the transformers architecture and its
+shape) and ``train`` (:class:`TrainConfig`, data, optimizer, schedule, DeepSpeed and precision).
+Unknown keys are errors (a typo never silently falls back to a default); checks live in
+``__post_init__``. ``load_recipe(path, overrides)`` applies ``section.key=value`` overrides.
+
+The vocabulary is padded to a multiple of 64 (``padded_vocab``); the extra rows are never targets,
+and generation masks them out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import yaml
+
+__all__ = ["ModelConfig", "TrainConfig", "Recipe", "load_recipe", "padded_vocab", "ConfigError"]
+
+ARCHITECTURES = ("llama", "qwen3")
+PRECISIONS = ("fp32", "bf16-autocast", "bf16")
+SCHEDULES = ("cosine", "linear", "constant")
+
+
+class ConfigError(ValueError):
+    """A recipe that cannot be used; the message names the field."""
+
+
+def padded_vocab(n: int, multiple: int = 64) -> int:
+    """>>> padded_vocab(2394)
+    2432
+    """
+    return int(math.ceil(n / multiple) * multiple)
+
+
+@dataclass
+class ModelConfig:
+    """Shape of the decoder; becomes a transformers ``LlamaConfig`` or ``Qwen3Config``."""
+
+    arch: str = "llama"
+    """``llama`` (LlamaForCausalLM) or ``qwen3`` (Qwen3ForCausalLM)."""
+    hidden_size: int = 256
+    """Width of the residual stream."""
+    num_layers: int = 6
+    """Decoder blocks."""
+    num_heads: int = 8
+    """Query heads; ``hidden_size`` need not divide by it when ``head_dim`` is given."""
+    num_kv_heads: int | None = None
+    """Key/value heads (grouped-query attention); default: ``num_heads``."""
+    head_dim: int | None = None
+    """Per-head width; default ``hidden_size // num_heads``."""
+    intermediate_size: int | None = None
+    """MLP width; default ``4 * hidden_size`` rounded."""
+    max_position: int = 2048
+    """Longest sequence the position embedding (RoPE) is configured for."""
+    rope_theta: float = 10000.0
+    """RoPE base frequency."""
+    rms_norm_eps: float = 1e-5
+    """RMSNorm epsilon."""
+    tie_embeddings: bool = True
+    """Share input embedding and output head weights."""
+    vocab_size: int | None = None
+    """Embedding rows; default: the tokenizer's size padded to a multiple of 64 (filled in at run time)."""
+    init_std: float = 0.02
+    """Standard deviation of the initial weights."""
+
+    def __post_init__(self):
+        if self.arch not in ARCHITECTURES:
+            raise ConfigError(f"model.arch must be one of {ARCHITECTURES}, got {self.arch!r}")
+        if self.num_kv_heads is None:
+            self.num_kv_heads = self.num_heads
+        if self.head_dim is None:
+            if self.hidden_size % self.num_heads:
+                raise ConfigError("model.hidden_size must divide by model.num_heads (or give head_dim)")
+            self.head_dim = self.hidden_size // self.num_heads
+        if self.num_heads % self.num_kv_heads:
+            raise ConfigError("model.num_heads must divide by model.num_kv_heads")
+        if self.intermediate_size is None:
+            self.intermediate_size = 4 * self.hidden_size
+        for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"model.{name} must be positive")
+
+    def hf_config(self, vocab_size: int, bos_id: int = 1, eos_id: int = 2, pad_id: int = 3):
+        """The transformers config object for this shape and vocabulary."""
+        from transformers import LlamaConfig, Qwen3Config
+
+        common = dict(
+            vocab_size=self.vocab_size or vocab_size, hidden_size=self.hidden_size,
+            intermediate_size=self.intermediate_size, num_hidden_layers=self.num_layers,
+            num_attention_heads=self.num_heads, num_key_value_heads=self.num_kv_heads, head_dim=self.head_dim,
+            max_position_embeddings=self.max_position, rms_norm_eps=self.rms_norm_eps,
+            tie_word_embeddings=self.tie_embeddings, initializer_range=self.init_std,
+            bos_token_id=bos_id, eos_token_id=eos_id, pad_token_id=pad_id,
+        )
+        if self.arch == "llama":
+            cfg = LlamaConfig(**common, hidden_act="silu", attention_bias=False, mlp_bias=False)
+        else:
+            cfg = Qwen3Config(**common, hidden_act="silu", attention_bias=False)
+        cfg.rope_parameters = {"rope_type": "default", "rope_theta": self.rope_theta}
+        return cfg
+
+
+@dataclass
+class TrainConfig:
+    """Data, optimizer, schedule, parallelism and bookkeeping of one pretraining run."""
+
+    data: str = "shards"
+    """Shard directory written by ``logos pack``."""
+    tokenizer: str = "tokenizers/default"
+    """Tokenizer directory (copied into every exported checkpoint)."""
+    out_dir: str = "runs/tiny"
+    """Run directory: DeepSpeed checkpoints, ``hf/`` export, ``metrics.csv``, ``loss.png``."""
+    seq_len: int = 128
+    """Tokens per packed training row."""
+    micro_batch: int = 16
+    """Rows per process per forward/backward."""
+    grad_accum: int = 1
+    """Micro-batches per optimizer step."""
+    max_steps: int = 1000
+    """Optimizer steps (the LR schedule's length)."""
+    max_minutes: float | None = None
+    """Wall-clock budget of training time; the run stops (and saves) at whichever of max_steps and this comes first,
+    and the LR decay runs over whichever budget is spent first (a time-limited run ends at the LR floor)."""
+    lr: float = 1e-3
+    """Peak learning rate."""
+    min_lr_ratio: float = 0.1
+    """Final LR as a fraction of ``lr`` (cosine/linear)."""
+    warmup_steps: int = 50
+    """Linear warm-up steps."""
+    schedule: str = "cosine"
+    """``cosine``, ``linear`` or ``constant`` after warm-up."""
+    weight_decay: float = 0.1
+    """AdamW decoupled weight decay (not applied to norms and biases)."""
+    betas: tuple[float, float] = (0.9, 0.95)
+    """AdamW betas."""
+    grad_clip: float = 1.0
+    """Global gradient-norm clipping (0 disables)."""
+    zero_stage: int = 0
+    """DeepSpeed ZeRO stage 0-3."""
+    precision: str = "bf16-autocast"
+    """``fp32``; ``bf16-autocast`` (fp32 weights, bf16 matmuls; fastest on CPU); ``bf16`` (DeepSpeed bf16 weights + fp32 master)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in backward (large models)."""
+    seed: int = 0
+    """Seeds initialization and the data order."""
+    log_every: int = 10
+    """Steps between console/CSV log rows."""
+    eval_every: int = 200
+    """Steps between validation-loss evaluations (0: only at the end)."""
+    eval_rows: int = 64
+    """Validation rows per evaluation."""
+    save_every: int = 500
+    """Steps between DeepSpeed checkpoints (each also refreshes the ``hf/`` export)."""
+    keep_checkpoints: int = 2
+    """DeepSpeed checkpoints kept on disk (older ones are deleted)."""
+    export_dtype: str = "float32"
+    """dtype of the exported ``model.safetensors`` (``float32`` or ``bfloat16``)."""
+
+    def __post_init__(self):
+        self.betas = tuple(float(b) for b in self.betas)
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise ConfigError(f"train.zero_stage must be 0-3, got {self.zero_stage}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"train.precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"train.schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if self.export_dtype not in ("float32", "bfloat16"):
+            raise ConfigError("train.export_dtype must be float32 or bfloat16")
+        for name in ("seq_len", "micro_batch", "grad_accum", "max_steps", "log_every", "save_every", "eval_rows"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"train.{name} must be positive")
+        if self.lr <= 0 or not 0 <= self.min_lr_ratio <= 1:
+            raise ConfigError("train.lr must be positive and train.min_lr_ratio in [0, 1]")
+        if self.warmup_steps < 0 or self.eval_every < 0 or self.keep_checkpoints < 1:
+            raise ConfigError("train.warmup_steps/eval_every must be >= 0 and keep_checkpoints >= 1")
+
+
+@dataclass
+class Recipe:
+    """A pretraining recipe: ``name``, ``model`` and ``train`` sections."""
+
+    name: str = "unnamed"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _build(cls, values: dict, section: str):
+    if not isinstance(values, dict):
+        raise ConfigError(f"{section} must be a mapping")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"unknown key(s) in {section}: {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    return cls(**values)
+
+
+def _parse_override(item: str) -> tuple[str, str, object]:
+    key, sep, raw = item.partition("=")
+    section, dot, name = key.partition(".")
+    if not sep or not dot or section not in ("model", "train"):
+        raise ConfigError(f"override {item!r}: expected model.KEY=VALUE or train.KEY=VALUE")
+    return section, name, yaml.safe_load(raw)
+
+
+def recipe_from_dict(data: dict, overrides: list[str] = ()) -> Recipe:
+    data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in (data or {}).items()}
+    unknown = sorted(set(data) - {"name", "model", "train"})
+    if unknown:
+        raise ConfigError(f"unknown top-level key(s): {', '.join(unknown)}")
+    for item in overrides:
+        section, name, value = _parse_override(item)
+        data.setdefault(section, {})[name] = value
+    return Recipe(name=str(data.get("name", "unnamed")),
+                  model=_build(ModelConfig, data.get("model", {}), "model"),
+                  train=_build(TrainConfig, data.get("train", {}), "train"))
+
+
+def load_recipe(path: Path, overrides: list[str] = ()) -> Recipe:
+    """Read a YAML recipe and apply ``section.key=value`` overrides (values parsed as YAML)."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise ConfigError(f"cannot read recipe {path}: {e.strerror or e}") from None
+    return recipe_from_dict(data, overrides)

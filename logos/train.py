@@ -1,0 +1,455 @@
+"""``logos pretrain``: train a transformers decoder on packed shards through the DeepSpeed engine.
+
+The only module that imports DeepSpeed. One code path for every size: the recipe
+(:mod:`logos.config`) gives the ZeRO stage, precision, micro-batch, gradient accumulation, LR
+schedule and clipping; the same function runs one process on a laptop (the env defaults below
+stand in for a launcher) or N processes under ``torchrun`` / the ``deepspeed`` launcher.
+
+Choices:
+
+- Backend: gloo on CPU, nccl on GPU. A torch ``AdamW`` is handed to DeepSpeed (its fused/CPU Adam
+  JIT-compiles for minutes on CPU); the LR schedule is a ``LambdaLR`` that DeepSpeed steps and
+  checkpoints.
+- Precision ``bf16-autocast`` keeps fp32 weights in the engine and runs the forward under
+  ``torch.autocast(bfloat16)`` (2.3-2.5x faster than fp32 on CPU, NOTES.md); ``bf16`` is
+  DeepSpeed's bf16 mode (bf16 weights, fp32 master copy), the GPU choice.
+- The loss is computed here from the logits (per token, fp32) so the per-domain loss costs nothing
+  extra; the model is called without labels.
+- Data position = rows consumed; each rank reads an interleaved slice of every global batch, so a
+  run's batches do not depend on the world size and a resumed run continues the same sequence.
+- Every checkpoint (DeepSpeed tag ``stepNNNNNNN`` with model, optimizer, scheduler, data position)
+  also refreshes ``OUT/hf``, a self-contained Hugging Face export (ZeRO-3 parameters gathered).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import math
+import os
+import shutil
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from logos.config import Recipe, padded_vocab
+from logos.pack import ShardReader, load_meta
+
+__all__ = ["Trainer", "TrainResult", "pretrain", "describe", "ds_config", "lr_lambda"]
+
+CKPT_DIR = "checkpoints"
+HF_DIR = "hf"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _dist_env_defaults() -> None:
+    """Single-process defaults for the variables a launcher would set (else DeepSpeed looks for MPI)."""
+    os.environ.setdefault("RANK", "0")
+    os.environ.setdefault("LOCAL_RANK", "0")
+    os.environ.setdefault("WORLD_SIZE", "1")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+
+
+def lr_lambda(recipe: Recipe, clock=None):
+    """LR multiplier of step ``s``: linear warm-up, then cosine/linear decay to ``min_lr_ratio``.
+
+    With ``train.max_minutes`` and a ``clock`` (seconds trained so far), the decay runs over whichever
+    budget is spent first: progress = max(steps done / max_steps, time used / max_minutes), so a
+    time-limited run still ends its schedule at the floor.
+    """
+    t = recipe.train
+    warm, total, floor = t.warmup_steps, t.max_steps, t.min_lr_ratio
+    budget = t.max_minutes * 60 if t.max_minutes else None
+
+    def f(step: int) -> float:
+        if warm and step < warm:
+            return (step + 1) / warm
+        if t.schedule == "constant":
+            return 1.0
+        frac = min(1.0, (step - warm) / max(1, total - warm))
+        if budget and clock is not None:
+            frac = max(frac, min(1.0, clock() / budget))
+        decay = 0.5 * (1 + math.cos(math.pi * frac)) if t.schedule == "cosine" else 1 - frac
+        return floor + (1 - floor) * decay
+
+    return f
+
+
+def ds_config(recipe: Recipe, world_size: int) -> dict:
+    """The DeepSpeed config dict for a recipe (written to ``OUT/ds_config.json`` for the record)."""
+    t = recipe.train
+    cfg = {
+        "train_micro_batch_size_per_gpu": t.micro_batch,
+        "gradient_accumulation_steps": t.grad_accum,
+        "train_batch_size": t.micro_batch * t.grad_accum * world_size,
+        "gradient_clipping": t.grad_clip,
+        "zero_optimization": {"stage": t.zero_stage},
+        "bf16": {"enabled": t.precision == "bf16"},
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 1 << 30,
+        "wall_clock_breakdown": False,
+    }
+    if t.zero_stage == 3:
+        cfg["zero_optimization"].update({"stage3_gather_16bit_weights_on_model_save": False})
+    return cfg
+
+
+def build_model(recipe: Recipe, vocab: int, bos: int, eos: int, pad: int):
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(recipe.train.seed)
+    cfg = recipe.model.hf_config(padded_vocab(vocab), bos, eos, pad)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    if recipe.train.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    return model
+
+
+def describe(recipe: Recipe) -> str:
+    """Resolved config and parameter count (``--dry-run``); builds the model on the meta device."""
+    from transformers import AutoModelForCausalLM
+
+    vocab, source = _vocab_of(recipe)
+    cfg = recipe.model.hf_config(padded_vocab(vocab))
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+    n = sum(p.numel() for p in model.parameters())
+    emb = model.get_input_embeddings().weight.numel()
+    import yaml
+
+    lines = [yaml.safe_dump(recipe.to_dict(), sort_keys=False).rstrip(),
+             f"# vocabulary: {vocab} from {source}, padded to {padded_vocab(vocab)}",
+             f"# architecture: {type(model).__name__}",
+             f"# parameters: {n:,} ({n / 1e6:.2f}M; {n - emb:,} without the embedding)",
+             f"# deepspeed (1 process): {json.dumps(ds_config(recipe, 1))}"]
+    return "\n".join(lines)
+
+
+def _vocab_of(recipe: Recipe) -> tuple[int, str]:
+    data = Path(recipe.train.data)
+    if (data / "meta.json").exists():
+        return int(load_meta(data)["vocab_size"]), str(data)
+    tok = Path(recipe.train.tokenizer)
+    if (tok / "tokenizer.json").exists():
+        from transformers import AutoTokenizer
+
+        return len(AutoTokenizer.from_pretrained(str(tok))), str(tok)
+    return 2394, "the default tokenizer's size (neither data nor tokenizer found)"
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    tokens: int
+    seconds: float
+    first_loss: float
+    last_loss: float
+    val_loss: float | None
+    out_dir: Path
+
+
+class Trainer:
+    """One pretraining run: DeepSpeed engine, shard readers, logging, checkpoints and export."""
+
+    def __init__(self, recipe: Recipe, resume: bool = False, progress: bool | None = None, echo=None):
+        import deepspeed
+
+        self.recipe = recipe
+        t = recipe.train
+        self.out = Path(t.out_dir)
+        _dist_env_defaults()
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        deepspeed.init_distributed(dist_backend=backend, verbose=False)
+        self.rank, self.world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        self.is_main = self.rank == 0
+        self.progress = progress
+        self._echo = echo or (lambda line: print(line, file=sys.stderr))
+
+        self.meta = load_meta(Path(t.data))
+        self.domains: list[str] = self.meta["domains"]
+        self.train_reader = ShardReader(Path(t.data), "train", t.seq_len, seed=t.seed)
+        self.val_reader = (ShardReader(Path(t.data), "val", t.seq_len, seed=t.seed)
+                           if self.meta["tokens"]["val"] > t.seq_len else None)
+        self.model = build_model(recipe, self.meta["vocab_size"], self.meta["bos_id"], self.meta["eos_id"],
+                                 self.meta.get("pad_id", 3))
+        decay = [p for p in self.model.parameters() if p.ndim >= 2]
+        no_decay = [p for p in self.model.parameters() if p.ndim < 2]
+        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": t.weight_decay},
+                                       {"params": no_decay, "weight_decay": 0.0}],
+                                      lr=t.lr, betas=t.betas, eps=1e-8)
+        fn = lr_lambda(recipe, clock=self.elapsed_total)
+        self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
+            model=self.model, optimizer=optimizer, config=ds_config(recipe, self.world),
+            lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, fn))
+        self.device = self.engine.device
+        self.step_count = 0
+        self.position = 0  # global rows consumed
+        self.tokens_seen = 0
+        self.elapsed = 0.0  # training seconds before this process (resumed runs)
+        if self.is_main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            (self.out / "ds_config.json").write_text(json.dumps(ds_config(recipe, self.world), indent=1) + "\n")
+            import yaml
+
+            (self.out / "recipe.yaml").write_text(yaml.safe_dump(recipe.to_dict(), sort_keys=False))
+        if resume:
+            self.load()
+
+    # ------------------------------------------------------------------ steps
+    def _autocast(self):
+        if self.recipe.train.precision == "bf16-autocast":
+            return torch.autocast(self.device.type if hasattr(self.device, "type") else "cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _loss(self, tokens: np.ndarray, domains: np.ndarray, module=None):
+        """Mean loss and per-domain (sum, count) of a batch of rows ``tokens [B, L+1]``."""
+        x = torch.from_numpy(tokens[:, :-1]).to(self.device)                       # [B, L]
+        y = torch.from_numpy(tokens[:, 1:]).to(self.device)                        # [B, L]
+        with self._autocast():
+            logits = (module or self.engine)(input_ids=x, use_cache=False).logits   # [B, L, V]
+        per_tok = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none")  # [B*L]
+        d = torch.from_numpy(domains).to(self.device).flatten()
+        n_dom = len(self.domains)
+        sums = torch.zeros(n_dom, device=self.device).index_add_(0, d, per_tok.detach())
+        counts = torch.bincount(d, minlength=n_dom).float()
+        return per_tok.mean(), sums, counts
+
+    def _micro_rows(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        mb = self.recipe.train.micro_batch
+        start = self.position + (k * self.world + self.rank) * mb
+        return self.train_reader.batch(start, mb)
+
+    def step(self) -> tuple[float, torch.Tensor, torch.Tensor]:
+        """One optimizer step (``grad_accum`` micro-batches); returns this rank's mean loss and domain sums."""
+        t = self.recipe.train
+        self.engine.train()
+        total = 0.0
+        sums = torch.zeros(len(self.domains))
+        counts = torch.zeros(len(self.domains))
+        for k in range(t.grad_accum):
+            tokens, domains = self._micro_rows(k)
+            loss, s, c = self._loss(tokens, domains)
+            self.engine.backward(loss)
+            self.engine.step()
+            total += loss.item() / t.grad_accum
+            sums += s.cpu()
+            counts += c.cpu()
+        self.step_count += 1
+        self.position += t.micro_batch * t.grad_accum * self.world
+        self.tokens_seen += t.micro_batch * t.grad_accum * self.world * t.seq_len
+        return total, sums, counts
+
+    @torch.no_grad()
+    def eval_loss(self) -> float | None:
+        """Mean validation loss over the first ``eval_rows`` rows (every rank runs the same count)."""
+        if self.val_reader is None:
+            return None
+        self.engine.eval()
+        n = min(self.recipe.train.eval_rows, self.val_reader.rows)
+        rows = np.arange(n)[self.rank::self.world][: n // self.world] if n >= self.world else np.arange(n)
+        total = torch.zeros(2)
+        mb = self.recipe.train.micro_batch
+        for i in range(0, len(rows), mb):
+            tokens, domains = self.val_reader.rows_at(rows[i:i + mb])
+            loss, _, counts = self._loss(tokens, domains)
+            total += torch.tensor([loss.item() * counts.sum().item(), counts.sum().item()])
+        total = self._all_sum(total)
+        return (total[0] / total[1]).item() if total[1] else None
+
+    @torch.no_grad()
+    def logits(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """fp32 logits of the training-time model (no autocast) — the reference for export parity."""
+        self.engine.eval()
+        return self.engine(input_ids=input_ids.to(self.device), use_cache=False).logits.float()
+
+    def _all_sum(self, t: torch.Tensor) -> torch.Tensor:
+        if self.world > 1:
+            t = t.clone()
+            torch.distributed.all_reduce(t)
+        return t
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self) -> Path:
+        """DeepSpeed checkpoint (all ranks) + refreshed ``hf/`` export; keeps the newest ``keep_checkpoints``."""
+        ckpt = self.out / CKPT_DIR
+        tag = f"step{self.step_count:07d}"
+        state = {"step": self.step_count, "position": self.position, "tokens": self.tokens_seen,
+                 "elapsed": self.elapsed_total(), "recipe": self.recipe.to_dict()}
+        self.engine.save_checkpoint(str(ckpt), tag=tag, client_state=state)
+        self.export(self.out / HF_DIR)
+        if self.is_main:
+            tags = sorted(p for p in ckpt.glob("step*") if p.is_dir())
+            for old in tags[: -self.recipe.train.keep_checkpoints]:
+                shutil.rmtree(old, ignore_errors=True)
+        if self.world > 1:
+            torch.distributed.barrier()
+        return ckpt / tag
+
+    def load(self) -> bool:
+        """Resume from the latest DeepSpeed checkpoint in ``OUT/checkpoints`` (False when there is none)."""
+        ckpt = self.out / CKPT_DIR
+        if not (ckpt / "latest").exists():
+            if self.is_main:
+                self._echo(f"pretrain: no checkpoint in {ckpt}; starting fresh")
+            return False
+        path, state = self.engine.load_checkpoint(str(ckpt))
+        if path is None:
+            raise RuntimeError(f"cannot load the DeepSpeed checkpoint in {ckpt}")
+        self.step_count, self.position = int(state["step"]), int(state["position"])
+        self.tokens_seen, self.elapsed = int(state["tokens"]), float(state.get("elapsed", 0.0))
+        if self.is_main:
+            self._echo(f"pretrain: resumed {path} at step {self.step_count}")
+        return True
+
+    def state_dict_fp32(self) -> dict | None:
+        """The full model state dict on rank 0 (ZeRO-3 shards gathered; collective), ``None`` elsewhere."""
+        module = self.engine.module
+        if self.recipe.train.zero_stage == 3:
+            import deepspeed
+
+            with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
+                sd = {k: v.detach().float().clone() for k, v in module.state_dict().items()} if self.is_main else None
+            return sd
+        return {k: v.detach().float().clone() for k, v in module.state_dict().items()} if self.is_main else None
+
+    def export(self, out: Path) -> Path | None:
+        from logos.export import export_hf
+
+        sd = self.state_dict_fp32()
+        if not self.is_main:
+            return None
+        cfg = self.engine.module.config
+        run = {"recipe": self.recipe.to_dict(), "step": self.step_count, "tokens": self.tokens_seen,
+               "shards": self.meta, "world_size": self.world}
+        return export_hf(sd, cfg, Path(self.recipe.train.tokenizer), out, run, dtype=self.recipe.train.export_dtype)
+
+    def elapsed_total(self) -> float:
+        return self.elapsed + (time.perf_counter() - self._t0 if hasattr(self, "_t0") else 0.0)
+
+    # ------------------------------------------------------------------ the run
+    def train(self) -> TrainResult:
+        t = self.recipe.train
+        metrics = self.out / "metrics.csv"
+        columns = ["step", "tokens", "elapsed_s", "lr", "loss", "tokens_per_s", "val_loss"] + \
+                  [f"loss_{d}" for d in self.domains]
+        fh = None
+        if self.is_main:
+            new = not metrics.exists() or self.step_count == 0
+            fh = open(metrics, "w" if new else "a", newline="")
+            writer = csv.writer(fh)
+            if new:
+                writer.writerow(columns)
+        bar = tqdm(total=t.max_steps, initial=self.step_count, unit="step", desc=f"pretrain {self.recipe.name}",
+                   disable=(not self.is_main) or (None if self.progress is None else not self.progress),
+                   file=sys.stderr, dynamic_ncols=True, mininterval=1.0)
+        self._t0 = time.perf_counter()
+        budget = t.max_minutes * 60 if t.max_minutes else None
+        first = last = float("nan")
+        val = None
+        acc_loss, acc_n = 0.0, 0
+        acc_sums = torch.zeros(len(self.domains))
+        acc_counts = torch.zeros(len(self.domains))
+        window_t, window_tokens = time.perf_counter(), self.tokens_seen
+        tokens_at_start = self.tokens_seen
+        try:
+            while self.step_count < t.max_steps:
+                loss, sums, counts = self.step()
+                acc_loss, acc_n = acc_loss + loss, acc_n + 1
+                acc_sums += sums
+                acc_counts += counts
+                bar.update(1)
+                out_of_time = budget is not None and self.elapsed_total() >= budget
+                if self.world > 1 and budget is not None:  # every rank must stop at the same step
+                    flag = self._all_sum(torch.tensor([float(out_of_time)]))
+                    out_of_time = bool(flag.item() > 0)
+                done = out_of_time or self.step_count >= t.max_steps
+                if self.step_count % t.log_every == 0 or done or self.step_count == 1:
+                    packed = self._all_sum(torch.cat([torch.tensor([acc_loss, float(acc_n)]), acc_sums, acc_counts]))
+                    mean = packed[0].item() / packed[1].item()
+                    nd = len(self.domains)
+                    dom = [(packed[2 + i] / packed[2 + nd + i]).item() if packed[2 + nd + i] else float("nan")
+                           for i in range(nd)]
+                    now = time.perf_counter()
+                    tps = (self.tokens_seen - window_tokens) / max(1e-9, now - window_t)
+                    window_t, window_tokens = now, self.tokens_seen
+                    if math.isnan(first):
+                        first = mean
+                    last = mean
+                    if (t.eval_every and self.step_count % t.eval_every == 0) or done:
+                        val = self.eval_loss()
+                    lr = self.scheduler.get_last_lr()[0]
+                    if self.is_main:
+                        row = [self.step_count, self.tokens_seen, f"{self.elapsed_total():.2f}", f"{lr:.6g}",
+                               f"{mean:.5f}", f"{tps:.1f}",
+                               "" if val is None or not ((t.eval_every and self.step_count % t.eval_every == 0) or done)
+                               else f"{val:.5f}"] + [f"{v:.5f}" for v in dom]
+                        writer.writerow(row)
+                        fh.flush()
+                        bar.set_postfix(loss=f"{mean:.3f}", lr=f"{lr:.2e}", tok_s=f"{tps:,.0f}", refresh=False)
+                        if self.progress is False or not sys.stderr.isatty():
+                            self._echo(f"step {self.step_count} loss {mean:.4f} lr {lr:.3g} tokens/s {tps:,.0f}"
+                                       + (f" val {val:.4f}" if row[6] else "")
+                                       + "".join(f" {d} {v:.4f}" for d, v in zip(self.domains, dom)))
+                    acc_loss, acc_n = 0.0, 0
+                    acc_sums.zero_()
+                    acc_counts.zero_()
+                if self.step_count % t.save_every == 0 or done:
+                    self.save()
+                if done:
+                    break
+        finally:
+            bar.close()
+            if fh is not None:
+                fh.close()
+        seconds = time.perf_counter() - self._t0
+        self.elapsed += seconds
+        del self._t0
+        if self.is_main:
+            plot_losses(metrics, self.out / "loss.png", self.recipe.name)
+        return TrainResult(self.step_count, self.tokens_seen - tokens_at_start, seconds, first, last, val, self.out)
+
+
+def plot_losses(metrics: Path, png: Path, title: str) -> None:
+    """Training (and validation) loss against tokens, from ``metrics.csv``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(metrics, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    if not rows:
+        return
+    tokens = [int(r["tokens"]) for r in rows]
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=110)
+    ax.plot(tokens, [float(r["loss"]) for r in rows], label="train")
+    val = [(int(r["tokens"]), float(r["val_loss"])) for r in rows if r["val_loss"]]
+    if val:
+        ax.plot(*zip(*val), "o-", label="validation")
+    ax.set_xlabel("tokens")
+    ax.set_ylabel("loss (nats/token)")
+    ax.set_title(f"pretrain {title}")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png)
+    plt.close(fig)
+
+
+def pretrain(recipe: Recipe, resume: bool = False, progress: bool | None = None) -> TrainResult:
+    trainer = Trainer(recipe, resume=resume, progress=progress)
+    return trainer.train()

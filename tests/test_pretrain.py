@@ -1,0 +1,166 @@
+"""logos pretrain: recipes, the DeepSpeed engine (ZeRO 0/2/3, 1 and 2 processes), checkpoints and resume."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from logos.config import ConfigError, load_recipe, padded_vocab, recipe_from_dict
+from logos.train import Trainer, lr_lambda
+from train_fixtures import REPO, cli_env, make_shards, tiny_recipe
+
+RECIPES = sorted((REPO / "pretrain").glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    return make_shards(tmp_path_factory.mktemp("pretrain"))
+
+
+# ---------------------------------------------------------------- recipes
+def test_every_recipe_is_covered():
+    assert {p.stem for p in RECIPES} >= {"tiny", "1b", "3b", "8b"}
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
+def test_recipe_parses_and_builds_its_config(path):
+    recipe = load_recipe(path)
+    assert recipe.name == path.stem
+    cfg = recipe.model.hf_config(padded_vocab(2394))
+    assert cfg.vocab_size == 2432 and cfg.vocab_size % 64 == 0
+    assert cfg.hidden_size == recipe.model.num_heads * recipe.model.head_dim or recipe.model.head_dim
+
+
+def test_recipe_shapes_match_their_models():
+    one, three, eight = (load_recipe(REPO / "pretrain" / f"{n}.yaml").model for n in ("1b", "3b", "8b"))
+    assert (one.hidden_size, one.num_layers, one.num_heads, one.num_kv_heads, one.intermediate_size) == \
+        (2048, 16, 32, 8, 8192)
+    assert (three.hidden_size, three.num_layers, three.num_heads, three.num_kv_heads) == (3072, 28, 24, 8)
+    assert eight.arch == "qwen3" and (eight.hidden_size, eight.num_layers, eight.intermediate_size) == \
+        (4096, 36, 12288)
+
+
+def test_recipe_errors_name_the_field():
+    with pytest.raises(ConfigError, match="lrr"):
+        recipe_from_dict({"train": {"lrr": 1}})
+    with pytest.raises(ConfigError, match="zero_stage"):
+        recipe_from_dict({"train": {"zero_stage": 4}})
+    with pytest.raises(ConfigError, match="override"):
+        load_recipe(REPO / "pretrain" / "tiny.yaml", ["max_steps=3"])
+    r = load_recipe(REPO / "pretrain" / "tiny.yaml", ["train.max_steps=3", "model.num_layers=2"])
+    assert r.train.max_steps == 3 and r.model.num_layers == 2
+
+
+def test_lr_schedule_warms_up_and_decays():
+    r = load_recipe(REPO / "pretrain" / "tiny.yaml", ["train.max_steps=100", "train.warmup_steps=10"])
+    f = lr_lambda(r)
+    assert f(0) == pytest.approx(0.1) and f(9) == pytest.approx(1.0)
+    assert f(55) < f(10) and f(100) == pytest.approx(r.train.min_lr_ratio)
+    timed = load_recipe(REPO / "pretrain" / "tiny.yaml", ["train.max_steps=100000", "train.warmup_steps=10",
+                                                          "train.max_minutes=10"])
+    clock = {"s": 0.0}
+    g = lr_lambda(timed, clock=lambda: clock["s"])
+    assert g(20) == pytest.approx(1.0, abs=1e-3)
+    clock["s"] = 300  # half the time budget: the middle of the cosine
+    assert g(20) == pytest.approx(timed.train.min_lr_ratio + (1 - timed.train.min_lr_ratio) * 0.5, rel=1e-3)
+    clock["s"] = 600
+    assert g(21) == pytest.approx(timed.train.min_lr_ratio)
+
+
+def test_dry_run_prints_config_and_parameter_count(capsys):
+    from logos.cli import main
+
+    assert main(["pretrain", "--config", str(REPO / "pretrain" / "tiny.yaml"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "parameters: 5,049,600" in out and "LlamaForCausalLM" in out and "zero_stage: 0" in out
+
+
+# ---------------------------------------------------------------- training through DeepSpeed
+@pytest.mark.parametrize("stage", [0, 2, 3])
+def test_loss_falls_single_process(shards, tmp_path, stage):
+    trainer = Trainer(tiny_recipe(shards, tmp_path / "run", zero_stage=stage, max_steps=10), progress=False,
+                      echo=lambda line: None)
+    losses = [trainer.step()[0] for _ in range(10)]
+    assert sum(losses[-3:]) / 3 < losses[0] - 1.0, losses
+
+
+def test_run_writes_metrics_plot_checkpoint_and_export(shards, tmp_path):
+    out = tmp_path / "run"
+    result = Trainer(tiny_recipe(shards, out, max_steps=8, save_every=4, log_every=2), progress=False,
+                     echo=lambda line: None).train()
+    assert result.steps == 8 and result.last_loss < result.first_loss
+    rows = list(csv.DictReader(open(out / "metrics.csv")))
+    assert [int(r["step"]) for r in rows] == [1, 2, 4, 6, 8]
+    assert {"lr", "tokens_per_s", "loss_molecule", "val_loss"} <= set(rows[0])
+    assert rows[-1]["val_loss"]  # evaluated at the end
+    assert (out / "loss.png").stat().st_size > 1000
+    assert (out / "checkpoints" / "latest").read_text().strip() == "step0000008"
+    assert (out / "hf" / "model.safetensors").exists() and (out / "hf" / "tokenizer.json").exists()
+
+
+@pytest.mark.parametrize("stage", [0, 2, 3])
+def test_save_load_gives_the_same_next_step_loss(shards, tmp_path, stage):
+    recipe = tiny_recipe(shards, tmp_path / "run", zero_stage=stage, max_steps=20)
+    a = Trainer(recipe, progress=False, echo=lambda line: None)
+    for _ in range(3):
+        a.step()
+    a.save()
+    expected = [a.step()[0] for _ in range(2)]
+    b = Trainer(recipe, resume=True, progress=False, echo=lambda line: None)
+    assert (b.step_count, b.position) == (3, 3 * recipe.train.micro_batch)
+    got = [b.step()[0] for _ in range(2)]
+    assert got == pytest.approx(expected, rel=1e-6, abs=1e-6)
+
+
+LAUNCHERS = {
+    "torchrun": ["torchrun", "--standalone", "--nproc_per_node", "2", "-m", "logos.cli"],
+    "deepspeed": ["deepspeed", "--num_gpus", "2", "--master_port", "{port}", "--module", "logos.cli"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_two_processes_under_a_launcher(shards, tmp_path, launcher):
+    from logos.train import _free_port
+
+    out = tmp_path / "run2"
+    argv = [a.format(port=_free_port()) for a in LAUNCHERS[launcher]]
+    cmd = [str(Path(sys.executable).with_name(argv[0]))] + argv[1:] + [
+        "pretrain", "--config", str(REPO / "pretrain" / "tiny.yaml"), "-q"]
+    recipe = tiny_recipe(shards, out, zero_stage=2, max_steps=10, micro_batch=4, log_every=5, save_every=10)
+    for section in ("train",):
+        for key, value in recipe.to_dict()[section].items():
+            if key in ("data", "tokenizer", "out_dir", "seq_len", "micro_batch", "max_steps", "warmup_steps", "lr",
+                       "log_every", "save_every", "zero_stage", "eval_rows"):
+                cmd += ["--set", f"{section}.{key}={value}"]
+    proc = subprocess.run(cmd, env=cli_env(), capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = list(csv.DictReader(open(out / "metrics.csv")))
+    assert int(rows[-1]["step"]) == 10 and float(rows[-1]["loss"]) < float(rows[0]["loss"]) - 1.0
+    assert int(rows[-1]["tokens"]) == 10 * 2 * 4 * 64  # both ranks' rows counted
+    assert (out / "hf" / "model.safetensors").exists()
+    assert (out / "checkpoints" / "step0000010").is_dir()
+
+
+def test_killed_run_resumes_to_the_same_loss_curve(shards, tmp_path):
+    def losses(out):
+        return {int(r["step"]): float(r["loss"]) for r in csv.DictReader(open(out / "metrics.csv"))}
+
+    straight = tiny_recipe(shards, tmp_path / "straight", max_steps=6, log_every=1)
+    Trainer(straight, progress=False, echo=lambda line: None).train()
+    broken = tiny_recipe(shards, tmp_path / "broken", max_steps=6, log_every=1)
+    first = Trainer(broken, progress=False, echo=lambda line: None)
+    for _ in range(4):
+        first.step()
+    first.save()  # then the process "dies"
+    from logos.cli import main
+
+    args = ["pretrain", "--config", str(tmp_path / "broken" / "recipe.yaml"), "--resume", "-q"]
+    assert main(args) == 0
+    got, expected = losses(tmp_path / "broken"), losses(tmp_path / "straight")
+    assert sorted(got) == [5, 6]  # the resumed process appends its own rows
+    assert [got[5], got[6]] == pytest.approx([expected[5], expected[6]], rel=1e-6)

@@ -1,0 +1,47 @@
+"""Shared helpers for the pack/pretrain/export/generate tests: real MOSES fixture -> shards -> tiny recipe."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from logos.config import load_recipe
+
+ASSETS = Path(__file__).parent / "assets"
+REPO = Path(__file__).resolve().parent.parent
+MOSES_500 = ASSETS / "moses_500.smi"
+TOKENIZER = REPO / "tokenizers" / "default"
+
+
+def make_shards(tmp: Path, val_fraction: float = 0.1) -> Path:
+    """Tokenize and pack the 500-molecule fixture into ``tmp/shards``."""
+    from logos.cli import main
+    from logos.pack import pack
+
+    corpus = tmp / "moses.jsonl"
+    assert main(["tokenize", str(MOSES_500), "-o", str(corpus), "-q"]) == 0
+    pack([corpus], TOKENIZER, tmp / "shards", val_fraction=val_fraction, progress=False)
+    return tmp / "shards"
+
+
+def tiny_recipe(shards: Path, out: Path, **train):
+    """The shipped tiny preset, shrunk to a few fast steps on the fixture."""
+    values = dict(data=str(shards), tokenizer=str(TOKENIZER), out_dir=str(out), seq_len=64, micro_batch=8,
+                  max_steps=12, warmup_steps=2, lr=3e-3, log_every=4, eval_every=0, eval_rows=8, save_every=1000,
+                  max_minutes=None)
+    values.update(train)
+    return load_recipe(REPO / "pretrain" / "tiny.yaml", [f"train.{k}={_yaml(v)}" for k, v in values.items()])
+
+
+def _yaml(v) -> str:
+    return "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def cli_env() -> dict:
+    """Environment for a child ``python -m logos.cli`` that imports this checkout, one thread per process."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env["OMP_NUM_THREADS"] = "1"
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    return env
