@@ -6,6 +6,7 @@ import pytest
 import torch
 from rdkit import Chem
 
+from logos.records import errors_path_for
 from logos.grammar import is_valid
 from logos.generate import TaskMask, canonical_set, generate, load_checkpoint, molecule_metrics
 from logos.train import Trainer
@@ -53,7 +54,7 @@ def test_generate_molecules_writes_files_and_metrics(checkpoint, tmp_path, suffi
     assert result.valid <= 12 and result.unique <= result.valid and result.novel <= result.unique
     written = [m for m in Chem.SDMolSupplier(str(out))] if suffix == ".sdf" else out.read_text().splitlines()
     assert len(written) == result.valid
-    errors = tmp_path / "gen.errors.jsonl"
+    errors = errors_path_for(out)
     assert (errors.exists() and len(errors.read_text().splitlines()) == 12 - result.valid) or result.valid == 12
     again = generate(checkpoint, tmp_path / "again.smi", n=12, batch_size=5, max_new_tokens=24, progress=False,
                      constrained=constrained)
