@@ -163,6 +163,28 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from logos.config import ConfigError, load_recipe, padded_vocab
+    from logos.plan import activation_bytes, format_plan, model_size, plan_rows
+    from logos.train import vocab_of
+
+    try:
+        recipe = load_recipe(Path(args.config), args.set or [])
+    except ConfigError as e:
+        print(f"logos plan: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    vocab, _ = vocab_of(recipe)
+    hf = recipe.model.hf_config(padded_vocab(vocab))
+    size = model_size(hf)
+    t = recipe.train
+    gpus = args.gpus_per_node * args.nodes
+    print(format_plan(recipe.name, size, plan_rows(size, args.gpus_per_node, args.nodes, args.offload),
+                      t.micro_batch * t.grad_accum * t.seq_len * gpus,
+                      activation_bytes(hf, t.micro_batch, t.seq_len, t.gradient_checkpointing),
+                      args.gpus_per_node, args.nodes))
+    return EXIT_OK
+
+
 def _errors_name(output: str) -> str:
     from logos.records import errors_path_for
 
@@ -211,6 +233,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-sentences", type=int, default=300_000, help="records sampled for training")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=_cmd_build_tokenizer)
+
+    p = sub.add_parser("plan", help="parameters, memory per GPU/node for each ZeRO stage, tokens per step")
+    p.add_argument("--config", required=True, metavar="RECIPE.yaml")
+    p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--offload", action="store_true", help="CPU offload for stages 2 and 3")
+    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a recipe field")
+    p.set_defaults(func=_cmd_plan)
 
     p = sub.add_parser("corpus", help="build a multi-domain training corpus from a config")
     corpus_sub = p.add_subparsers(dest="corpus_command", required=True, metavar="ACTION")

@@ -159,6 +159,16 @@ class TrainConfig:
     """DeepSpeed checkpoints kept on disk (older ones are deleted)."""
     export_dtype: str = "float32"
     """dtype of the exported ``model.safetensors`` (``float32`` or ``bfloat16``)."""
+    deepspeed: str | None = None
+    """A DeepSpeed JSON (``pretrain/ds_zero3.json``, ...) merged over the config generated from this recipe:
+    ZeRO details, CPU offload, communication buckets. Batch sizes, clipping and precision still come from the
+    recipe; its ``zero_optimization.stage`` must equal ``zero_stage``."""
+    mixture: dict[str, float] | None = None
+    """Sampling weight per domain (``{molecule: 0.6, protein: 0.3, crystal: 0.1}``); the loader draws training
+    rows from each domain in exactly these proportions. Default: rows in their packed proportions."""
+    init_from: str | None = None
+    """Continued pretraining: a local Llama/Qwen3 Hugging Face directory whose tokenizer gains the grammar
+    symbols and whose embeddings are resized (``logos.extend``); ``model`` then only names the architecture."""
 
     def __post_init__(self):
         self.betas = tuple(float(b) for b in self.betas)
@@ -177,6 +187,13 @@ class TrainConfig:
             raise ConfigError("train.lr must be positive and train.min_lr_ratio in [0, 1]")
         if self.warmup_steps < 0 or self.eval_every < 0 or self.keep_checkpoints < 1:
             raise ConfigError("train.warmup_steps/eval_every must be >= 0 and keep_checkpoints >= 1")
+        if self.mixture is not None:
+            if not isinstance(self.mixture, dict) or not self.mixture or \
+                    any(not isinstance(w, (int, float)) or w < 0 for w in self.mixture.values()) or \
+                    sum(self.mixture.values()) <= 0:
+                raise ConfigError("train.mixture must map domain names to non-negative weights with a positive sum")
+            total = float(sum(self.mixture.values()))
+            self.mixture = {str(d): float(w) / total for d, w in self.mixture.items()}
 
 
 @dataclass

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from logos.config import Recipe, padded_vocab
+from logos.config import ConfigError, Recipe, padded_vocab
 from logos.pack import ShardReader, load_meta
 
 __all__ = ["Trainer", "TrainResult", "pretrain", "describe", "ds_config", "lr_lambda"]
@@ -105,7 +105,34 @@ def ds_config(recipe: Recipe, world_size: int) -> dict:
     }
     if t.zero_stage == 3:
         cfg["zero_optimization"].update({"stage3_gather_16bit_weights_on_model_save": False})
+    if t.deepspeed:
+        extra = _read_ds_json(Path(t.deepspeed))
+        stage = extra.get("zero_optimization", {}).get("stage", t.zero_stage)
+        if stage != t.zero_stage:
+            raise ConfigError(f"{t.deepspeed}: zero_optimization.stage {stage} but the recipe's train.zero_stage "
+                              f"is {t.zero_stage}")
+        for key in ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size",
+                    "gradient_clipping", "bf16", "fp16"):
+            extra.pop(key, None)  # the recipe owns these
+        _merge(cfg, extra)
     return cfg
+
+
+def _read_ds_json(path: Path) -> dict:
+    if not path.is_absolute() and not path.exists():  # shipped JSONs resolve from any working directory
+        path = Path(__file__).resolve().parent.parent / path
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConfigError(f"train.deepspeed: cannot read {path}: {e}") from None
+
+
+def _merge(base: dict, extra: dict) -> None:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
 
 
 def build_model(recipe: Recipe, vocab: int, bos: int, eos: int, pad: int):
@@ -123,7 +150,7 @@ def describe(recipe: Recipe) -> str:
     """Resolved config and parameter count (``--dry-run``); builds the model on the meta device."""
     from transformers import AutoModelForCausalLM
 
-    vocab, source = _vocab_of(recipe)
+    vocab, source = vocab_of(recipe)
     cfg = recipe.model.hf_config(padded_vocab(vocab))
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg)
@@ -139,7 +166,7 @@ def describe(recipe: Recipe) -> str:
     return "\n".join(lines)
 
 
-def _vocab_of(recipe: Recipe) -> tuple[int, str]:
+def vocab_of(recipe: Recipe) -> tuple[int, str]:
     data = Path(recipe.train.data)
     if (data / "meta.json").exists():
         return int(load_meta(data)["vocab_size"]), str(data)
