@@ -120,7 +120,8 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
     from logos.config import ConfigError, load_recipe
 
     try:
-        recipe = load_recipe(Path(args.config), args.set or [])
+        init = [f"train.init_from={args.init_from}"] if args.init_from else []
+        recipe = load_recipe(Path(args.config), (args.set or []) + init)
     except ConfigError as e:
         print(f"logos pretrain: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -269,6 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
                    help="override a recipe field, e.g. --set train.max_minutes=3 (repeatable)")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in train.out_dir")
+    p.add_argument("--init-from", metavar="HF_DIR",
+                   help="continued pretraining from a local Llama/Qwen3 checkpoint (its tokenizer gains the grammar; "
+                        "pack the corpus with --tokenizer HF_DIR)")
     p.add_argument("--dry-run", action="store_true", help="print the resolved config and parameter count, then exit")
     p.add_argument("-q", "--quiet", action="store_true", help="log lines instead of a progress bar")
     p.set_defaults(func=_cmd_pretrain)

@@ -23,7 +23,7 @@ import torch
 
 from logos.grammar import special_tokens
 
-__all__ = ["extend_tokenizer", "extend_model", "load_extended"]
+__all__ = ["extend_tokenizer", "extend_model", "load_extended", "grammar_tokenizer"]
 
 PAD_MULTIPLE = 64
 
@@ -75,3 +75,16 @@ def load_extended(base_dir: Path, dtype=torch.float32):
     new_rows = extend_tokenizer(tokenizer)
     extend_model(model, tokenizer, new_rows)
     return model, tokenizer
+
+
+def grammar_tokenizer(path: Path):
+    """The tokenizer of a LOGOS tokenizer dir, or of a base LLM dir with the grammar symbols added.
+
+    ``logos pack --tokenizer BASE_DIR`` and ``logos pretrain --init-from BASE_DIR`` both go through
+    :func:`extend_tokenizer`, which is deterministic, so shard ids and model rows agree.
+    """
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+    extend_tokenizer(tokenizer)  # a no-op for a LOGOS tokenizer (every symbol is already there)
+    return tokenizer

@@ -55,15 +55,18 @@ def _is_val(text: str, val_fraction: float) -> bool:
 def pack(inputs: list[Path], tokenizer_dir: Path, out_dir: Path, val_fraction: float = 0.01,
          progress: bool | None = None) -> PackResult:
     """Tokenize every record of ``inputs`` with the tokenizer in ``tokenizer_dir`` into ``out_dir``."""
-    from transformers import AutoTokenizer
+    from logos.extend import grammar_tokenizer
 
     start = time.perf_counter()
     if not 0.0 <= val_fraction < 1.0:
         raise InputError(f"val_fraction must be in [0, 1), got {val_fraction}")
-    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    tok = grammar_tokenizer(Path(tokenizer_dir))  # a base LLM's tokenizer gains the grammar symbols
     vocab = len(tok)
     dtype = np.uint16 if vocab < 2**16 else np.uint32
     bos, eos = tok.bos_token_id, tok.eos_token_id
+    if eos is None:
+        raise InputError(f"tokenizer {tokenizer_dir} has no end-of-sequence token")
+    bos = eos if bos is None else bos  # GPT-style tokenizers: one <|endoftext|> separates documents
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = {s: open(out_dir / f"{s}.bin.tmp", "wb") for s in SPLITS}

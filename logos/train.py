@@ -211,8 +211,12 @@ class Trainer:
         self.train_reader = ShardReader(Path(t.data), "train", t.seq_len, seed=t.seed)
         self.val_reader = (ShardReader(Path(t.data), "val", t.seq_len, seed=t.seed)
                            if self.meta["tokens"]["val"] > t.seq_len else None)
-        self.model = build_model(recipe, self.meta["vocab_size"], self.meta["bos_id"], self.meta["eos_id"],
-                                 self.meta.get("pad_id", 3))
+        self.tokenizer_dir = Path(t.tokenizer)
+        if t.init_from:  # continued pretraining: the base model and tokenizer plus the grammar symbols
+            self.model, self.tokenizer_dir = self._init_from(Path(t.init_from))
+        else:
+            self.model = build_model(recipe, self.meta["vocab_size"], self.meta["bos_id"], self.meta["eos_id"],
+                                     self.meta.get("pad_id", 3))
         decay = [p for p in self.model.parameters() if p.ndim >= 2]
         no_decay = [p for p in self.model.parameters() if p.ndim < 2]
         optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": t.weight_decay},
@@ -235,6 +239,25 @@ class Trainer:
             (self.out / "recipe.yaml").write_text(yaml.safe_dump(recipe.to_dict(), sort_keys=False))
         if resume:
             self.load()
+
+    def _init_from(self, base: Path):
+        """Base checkpoint + grammar (logos.extend); its tokenizer must be the one the shards were packed with."""
+        from logos.extend import load_extended
+
+        torch.manual_seed(self.recipe.train.seed)
+        model, tokenizer = load_extended(base)
+        if len(tokenizer) != self.meta["vocab_size"]:
+            raise ConfigError(f"the shards in {self.recipe.train.data} hold {self.meta['vocab_size']} token ids but "
+                              f"{base}'s tokenizer with the grammar has {len(tokenizer)}: pack the corpus with "
+                              f"`logos pack --tokenizer {base}`")
+        if self.recipe.train.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        tokenizer_dir = self.out / "tokenizer"
+        if self.is_main:
+            tokenizer.save_pretrained(str(tokenizer_dir))
+        if torch.distributed.is_initialized() and self.world > 1:
+            torch.distributed.barrier()
+        return model, tokenizer_dir
 
     # ------------------------------------------------------------------ steps
     def _autocast(self):
@@ -362,7 +385,7 @@ class Trainer:
         cfg = self.engine.module.config
         run = {"recipe": self.recipe.to_dict(), "step": self.step_count, "tokens": self.tokens_seen,
                "shards": self.meta, "world_size": self.world}
-        return export_hf(sd, cfg, Path(self.recipe.train.tokenizer), out, run, dtype=self.recipe.train.export_dtype)
+        return export_hf(sd, cfg, self.tokenizer_dir, out, run, dtype=self.recipe.train.export_dtype)
 
     def elapsed_total(self) -> float:
         return self.elapsed + (time.perf_counter() - self._t0 if hasattr(self, "_t0") else 0.0)
