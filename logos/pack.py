@@ -184,3 +184,90 @@ class ShardReader:
         idx = (np.asarray(rows, dtype=np.int64) * L)[:, None] + np.arange(L + 1)[None, :]  # [n, L+1]
         doc = np.searchsorted(self.doc_starts, idx[:, 1:], side="right") - 1             # [n, L]
         return self.tokens[idx].astype(np.int64), self.doc_domains[doc]
+
+
+class MixtureReader:
+    """Training rows drawn from each domain in exactly the recipe's proportions (``train.mixture``).
+
+    A row belongs to the domain of most of its target tokens. Positions are laid out in blocks of
+    ``BLOCK``: each domain gets round(BLOCK * weight) positions per block (largest remainder, so the
+    block is full), spread evenly by smooth weighted round-robin; so any prefix of the row stream
+    holds each domain's share to within one row per domain and block. Position ``p`` maps in O(1) to
+    the k-th row of its domain, and a domain's rows are read in a seeded order per pass over them
+    (rare domains repeat, common ones are subsampled). Same interface as :class:`ShardReader`.
+    """
+
+    BLOCK = 1000
+
+    def __init__(self, reader: ShardReader, weights: dict[str, float]):
+        self.reader, self.seq_len, self.seed = reader, reader.seq_len, reader.seed
+        unknown = sorted(set(weights) - set(reader.domains))
+        if unknown:
+            raise InputError(f"train.mixture names domains {unknown} that the shards do not hold "
+                             f"(they hold {reader.domains})")
+        row_domain = self._row_domains()
+        self.names = [d for d in reader.domains if weights.get(d, 0) > 0]
+        self.rows_of = [np.flatnonzero(row_domain == reader.domains.index(d)) for d in self.names]
+        empty = [d for d, rows in zip(self.names, self.rows_of) if not len(rows)]
+        if empty:
+            raise InputError(f"train.mixture gives weight to {empty}, but no training row is mostly of that domain")
+        w = np.array([weights[d] for d in self.names], dtype=np.float64)
+        w /= w.sum()
+        counts = np.floor(w * self.BLOCK).astype(np.int64)
+        for i in np.argsort(-(w * self.BLOCK - counts), kind="stable")[: self.BLOCK - counts.sum()]:
+            counts[i] += 1
+        self.counts = counts
+        self.schedule = self._round_robin(counts)                       # [BLOCK] domain slot per position
+        onehot = self.schedule[:, None] == np.arange(len(counts))[None, :]
+        self.before = np.cumsum(onehot, axis=0) - onehot               # [BLOCK, D] occurrences before i
+        self._perms: dict[tuple[int, int], np.ndarray] = {}
+        self.rows = reader.rows
+
+    def _row_domains(self) -> np.ndarray:
+        r = self.reader
+        out = np.empty(r.rows, dtype=np.int64)
+        for start in range(0, r.rows, 8192):
+            rows = np.arange(start, min(r.rows, start + 8192))
+            _, dom = r.rows_at(rows)                                    # [n, L]
+            out[start:start + len(rows)] = np.apply_along_axis(
+                lambda x: np.bincount(x, minlength=len(r.domains)).argmax(), 1, dom)
+        return out
+
+    @staticmethod
+    def _round_robin(counts: np.ndarray) -> np.ndarray:
+        current = np.zeros(len(counts), dtype=np.int64)
+        total = int(counts.sum())
+        out = np.empty(total, dtype=np.int64)
+        for i in range(total):
+            current += counts
+            j = int(np.argmax(current))
+            current[j] -= total
+            out[i] = j
+        return out
+
+    def _perm(self, d: int, epoch: int) -> np.ndarray:
+        key = (d, epoch)
+        if key not in self._perms:
+            if len(self._perms) > 64:
+                self._perms.clear()
+            self._perms[key] = np.random.default_rng([self.seed, 7919, d, epoch]).permutation(len(self.rows_of[d]))
+        return self._perms[key]
+
+    def domain_of(self, position: int) -> str:
+        return self.names[self.schedule[position % self.BLOCK]]
+
+    def row_ids(self, position: int, n: int) -> np.ndarray:
+        out = np.empty(n, dtype=np.int64)
+        for k in range(n):
+            block, i = divmod(position + k, self.BLOCK)
+            d = int(self.schedule[i])
+            occurrence = block * int(self.counts[d]) + int(self.before[i, d])
+            epoch, j = divmod(occurrence, len(self.rows_of[d]))
+            out[k] = self.rows_of[d][self._perm(d, epoch)[j]]
+        return out
+
+    def batch(self, position: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.reader.rows_at(self.row_ids(position, n))
+
+    def rows_at(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.reader.rows_at(rows)

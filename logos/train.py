@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from logos.config import ConfigError, Recipe, padded_vocab
-from logos.pack import ShardReader, load_meta
+from logos.pack import MixtureReader, ShardReader, load_meta
 
 __all__ = ["Trainer", "TrainResult", "pretrain", "describe", "ds_config", "lr_lambda"]
 
@@ -209,6 +209,8 @@ class Trainer:
         self.meta = load_meta(Path(t.data))
         self.domains: list[str] = self.meta["domains"]
         self.train_reader = ShardReader(Path(t.data), "train", t.seq_len, seed=t.seed)
+        if t.mixture:  # exact per-domain proportions of training rows
+            self.train_reader = MixtureReader(self.train_reader, t.mixture)
         self.val_reader = (ShardReader(Path(t.data), "val", t.seq_len, seed=t.seed)
                            if self.meta["tokens"]["val"] > t.seq_len else None)
         self.tokenizer_dir = Path(t.tokenizer)
@@ -227,6 +229,7 @@ class Trainer:
             model=self.model, optimizer=optimizer, config=ds_config(recipe, self.world),
             lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, fn))
         self.device = self.engine.device
+        self.val_by_domain: dict[str, float | None] = {}
         self.step_count = 0
         self.position = 0  # global rows consumed
         self.tokens_seen = 0
@@ -305,19 +308,25 @@ class Trainer:
 
     @torch.no_grad()
     def eval_loss(self) -> float | None:
-        """Mean validation loss over the first ``eval_rows`` rows (every rank runs the same count)."""
+        """Mean validation loss over ``eval_rows`` rows spread over the split (also per domain, in ``val_by_domain``)."""
         if self.val_reader is None:
             return None
         self.engine.eval()
         n = min(self.recipe.train.eval_rows, self.val_reader.rows)
-        rows = np.arange(n)[self.rank::self.world][: n // self.world] if n >= self.world else np.arange(n)
-        total = torch.zeros(2)
+        # rows spread evenly over the split, so every domain of a multi-domain corpus is represented
+        spread = np.unique(np.linspace(0, self.val_reader.rows - 1, n).round().astype(np.int64))
+        rows = spread[self.rank::self.world][: len(spread) // self.world] if len(spread) >= self.world else spread
+        nd = len(self.domains)
+        total = torch.zeros(2 + 2 * nd)  # loss sum, token count, then per-domain sums and counts
         mb = self.recipe.train.micro_batch
         for i in range(0, len(rows), mb):
             tokens, domains = self.val_reader.rows_at(rows[i:i + mb])
-            loss, _, counts = self._loss(tokens, domains)
-            total += torch.tensor([loss.item() * counts.sum().item(), counts.sum().item()])
+            loss, sums, counts = self._loss(tokens, domains)
+            total += torch.cat([torch.tensor([loss.item() * counts.sum().item(), counts.sum().item()]),
+                                sums.cpu(), counts.cpu()])
         total = self._all_sum(total)
+        self.val_by_domain = {d: (total[2 + k] / total[2 + nd + k]).item() if total[2 + nd + k] else None
+                              for k, d in enumerate(self.domains)}
         return (total[0] / total[1]).item() if total[1] else None
 
     @torch.no_grad()
@@ -395,7 +404,7 @@ class Trainer:
         t = self.recipe.train
         metrics = self.out / "metrics.csv"
         columns = ["step", "tokens", "elapsed_s", "lr", "loss", "tokens_per_s", "val_loss"] + \
-                  [f"loss_{d}" for d in self.domains]
+                  [f"loss_{d}" for d in self.domains] + [f"val_loss_{d}" for d in self.domains]
         fh = None
         if self.is_main:
             new = not metrics.exists() or self.step_count == 0
@@ -447,6 +456,8 @@ class Trainer:
                                f"{mean:.5f}", f"{tps:.1f}",
                                "" if val is None or not ((t.eval_every and self.step_count % t.eval_every == 0) or done)
                                else f"{val:.5f}"] + [f"{v:.5f}" for v in dom]
+                        row += [f"{self.val_by_domain.get(d):.5f}" if row[6] and self.val_by_domain.get(d) is not None
+                                else "" for d in self.domains]
                         writer.writerow(row)
                         fh.flush()
                         bar.set_postfix(loss=f"{mean:.3f}", lr=f"{lr:.2e}", tok_s=f"{tps:,.0f}", refresh=False)
