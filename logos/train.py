@@ -183,7 +183,10 @@ def read_manifest(tag_dir: Path) -> tuple[dict | None, str | None]:
 def verify_files(tag_dir: Path, manifest: dict, files: list[str]) -> str | None:
     """Why the listed ``files`` of a tag do not match its manifest (None when they all match)."""
     for f in files:
-        want = manifest["files"][f]
+        try:
+            want = {"size": int(manifest["files"][f]["size"]), "sha256": str(manifest["files"][f]["sha256"])}
+        except (KeyError, TypeError, ValueError):
+            return f"corrupt (unreadable {MANIFEST})"
         path = tag_dir / f
         if not path.is_file():
             return f"incomplete ({f} is missing)"

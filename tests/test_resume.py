@@ -20,7 +20,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from logos.train import FAULT_KILL_IN_SAVE, MANIFEST, checkpoint_tags, read_latest, truncate_metrics, verify_checkpoint
+from logos.config import load_recipe
+from logos.train import (FAULT_KILL_IN_SAVE, MANIFEST, CheckpointError, Trainer, checkpoint_tags, read_latest,
+                         truncate_metrics, verify_checkpoint)
 from train_fixtures import cli_env, make_shards, tiny_recipe
 
 STEPS, SAVE_EVERY, KEEP = 8, 2, 2
@@ -35,7 +37,8 @@ def write_recipe(shards: Path, out: Path) -> Path:
 
 
 def pretrain_cmd(recipe: Path, resume: bool = False) -> list[str]:
-    return [sys.executable, "-m", "logos.cli", "pretrain", "--config", str(recipe), "-q"] + (["--resume"] if resume else [])
+    return [sys.executable, "-m", "logos.cli", "pretrain", "--config", str(recipe), "-q"] + \
+        (["--resume"] if resume else [])
 
 
 def run(recipe: Path, resume: bool = False, **env) -> subprocess.CompletedProcess:
@@ -162,10 +165,6 @@ def test_no_usable_checkpoint(shards, reference, tmp_path):
     recipe = write_recipe(shards, out)
     (out / "checkpoints" / "step0000002").mkdir(parents=True)
     (out / "checkpoints" / "step0000002" / "mp_rank_00_model_states.pt").write_bytes(b"torn")
-    from logos.train import Trainer
-
-    from logos.config import load_recipe
-
     # a committed but damaged checkpoint (checked without a training run: Trainer.load only)
     ckpt_src = reference / "checkpoints" / f"step{STEPS:07d}"
     damaged = out / "checkpoints" / f"step{STEPS:07d}"
@@ -173,8 +172,6 @@ def test_no_usable_checkpoint(shards, reference, tmp_path):
     (out / "checkpoints" / "latest").write_text(damaged.name)
     (damaged / "mp_rank_00_model_states.pt").write_bytes(b"x")
     lines: list[str] = []
-    from logos.train import CheckpointError
-
     with pytest.raises(CheckpointError, match="no usable checkpoint"):
         Trainer(load_recipe(recipe), resume=True, progress=False, echo=lines.append)
     assert lines[0] == f"pretrain: checkpoint {damaged.name} is corrupt (mp_rank_00_model_states.pt: 1 bytes, " \
@@ -194,3 +191,16 @@ def test_truncate_metrics_drops_rows_past_the_step_and_torn_lines(tmp_path):
     assert truncate_metrics(path, 2) == 2
     assert path.read_text().splitlines() == ["step,tokens,loss", "1,10,5.0", "2,20,4.0"]
     assert truncate_metrics(path, 2) == 0
+
+
+def test_a_flipped_byte_of_the_same_size_is_refused(reference, tmp_path):
+    tag = tmp_path / "tag"
+    shutil.copytree(reference / "checkpoints" / f"step{STEPS:07d}", tag)
+    assert verify_checkpoint(tag) is None
+    victim = tag / "mp_rank_00_model_states.pt"
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    assert verify_checkpoint(tag) == "corrupt (mp_rank_00_model_states.pt: sha256 differs from the manifest)"
+    (tag / MANIFEST).unlink()
+    assert verify_checkpoint(tag) == f"incomplete (missing {MANIFEST})"
