@@ -130,9 +130,13 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
 
         print(describe(recipe))
         return EXIT_OK
-    from logos.train import pretrain
+    from logos.train import CheckpointError, pretrain
 
-    result = pretrain(recipe, resume=args.resume, progress=False if args.quiet else None)
+    try:
+        result = pretrain(recipe, resume=args.resume, progress=False if args.quiet else None)
+    except CheckpointError as e:
+        print(f"logos pretrain: {e}", file=sys.stderr)
+        return EXIT_REJECTED
     if int(__import__("os").environ.get("RANK", "0")) == 0:
         print(f"pretrain: {result.steps} steps, {result.tokens:,} tokens in {result.seconds:.0f} s "
               f"({result.tokens / max(result.seconds, 1e-9):,.0f} tokens/s); loss {result.first_loss:.3f} -> "

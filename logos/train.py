@@ -19,16 +19,23 @@ Choices:
   run's batches do not depend on the world size and a resumed run continues the same sequence.
 - Every checkpoint (DeepSpeed tag ``stepNNNNNNN`` with model, optimizer, scheduler, data position)
   also refreshes ``OUT/hf``, a self-contained Hugging Face export (ZeRO-3 parameters gathered).
+- Exact resume: the checkpoint also carries every rank's RNG states (torch, CUDA, python, numpy).
+  Saves are atomic (``logos_manifest.json`` with each file's size and sha256, then ``latest`` moved
+  by ``os.replace``); ``--resume`` refuses a tag whose files do not match its manifest and falls
+  back to the previous complete one, and drops ``metrics.csv`` rows past the resumed step.
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import json
 import math
 import os
+import random
 import shutil
+import signal
 import socket
 import sys
 import time
@@ -62,6 +69,186 @@ def _dist_env_defaults() -> None:
     os.environ.setdefault("WORLD_SIZE", "1")
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
+
+
+# ---------------------------------------------------------------------- atomic checkpoints
+# A checkpoint tag is *complete* when its folder holds MANIFEST (every other file's relative path,
+# size and sha256, plus step and data position) and every listed file matches it. The manifest is
+# written only after DeepSpeed's save returned on every rank, and ``latest`` moves (temp file +
+# os.replace) only after the manifest is on disk: ``latest`` always names a complete checkpoint.
+MANIFEST = "logos_manifest.json"
+LATEST = "latest"
+# Fault injection, for tests only: with LOGOS_FAULT_KILL_IN_SAVE=N the process SIGKILLs itself during
+# its N-th save(), after DeepSpeed wrote the tag's files but before the manifest and `latest`.
+FAULT_KILL_IN_SAVE = "LOGOS_FAULT_KILL_IN_SAVE"
+
+
+class CheckpointError(RuntimeError):
+    """``--resume`` found checkpoints but none of them is usable."""
+
+
+def _tag_step(name: str) -> int | None:
+    return int(name[4:]) if name.startswith("step") and name[4:].isdigit() else None
+
+
+def checkpoint_tags(ckpt: Path) -> list[str]:
+    """Tag folders ``stepNNNNNNN`` in ``ckpt``, newest (highest step) first."""
+    if not ckpt.is_dir():
+        return []
+    tags = [p.name for p in ckpt.iterdir() if p.is_dir() and _tag_step(p.name) is not None]
+    return sorted(tags, key=_tag_step, reverse=True)
+
+
+def read_latest(ckpt: Path) -> str | None:
+    path = ckpt / LATEST
+    return (path.read_text().strip() or None) if path.is_file() else None
+
+
+def resume_candidates(ckpt: Path) -> list[str]:
+    """Tags to try on resume: the one ``latest`` names, then the older tags newest-first.
+
+    Tags newer than ``latest`` are not candidates: ``latest`` moving is the commit, so they belong to
+    a save that never committed (or to a timeline abandoned by an earlier fallback).
+    """
+    tags = checkpoint_tags(ckpt)
+    latest = read_latest(ckpt)
+    if latest is None or _tag_step(latest) is None:
+        return tags
+    return [latest] + [t for t in tags if _tag_step(t) < _tag_step(latest)]
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``path`` via a temp file in the same folder + fsync + ``os.replace`` (never half-written)."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "w", newline="") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _file_digest(path: Path, sync: bool = False) -> tuple[int, str]:
+    """(size, sha256) of a file; ``sync`` also fsyncs it (the bytes are durable before the manifest)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+        if sync:
+            with contextlib.suppress(OSError):
+                os.fsync(fh.fileno())
+    return path.stat().st_size, h.hexdigest()
+
+
+def checkpoint_files(tag_dir: Path) -> list[str]:
+    """Relative paths (posix) of every file in a tag folder except the manifest, sorted."""
+    return sorted(p.relative_to(tag_dir).as_posix() for p in tag_dir.rglob("*")
+                  if p.is_file() and p.name != MANIFEST)
+
+
+def digest_files(tag_dir: Path, files: list[str], sync: bool = False) -> dict[str, dict]:
+    return {f: dict(zip(("size", "sha256"), _file_digest(tag_dir / f, sync))) for f in files}
+
+
+def write_manifest(tag_dir: Path, entries: dict[str, dict], **info) -> None:
+    body = {"format": 1, **info, "files": {f: entries[f] for f in sorted(entries)}}
+    atomic_write_text(tag_dir / MANIFEST, json.dumps(body, indent=1) + "\n")
+
+
+def read_manifest(tag_dir: Path) -> tuple[dict | None, str | None]:
+    """(manifest, None) or (None, why the tag is incomplete)."""
+    if not tag_dir.is_dir():
+        return None, "missing (no such folder)"
+    path = tag_dir / MANIFEST
+    if not path.is_file():
+        return None, f"incomplete (missing {MANIFEST})"
+    try:
+        manifest = json.loads(path.read_text())
+        files = manifest["files"]
+        assert isinstance(files, dict) and files
+        return manifest, None
+    except Exception:  # noqa: BLE001 - any unreadable manifest means the same thing
+        return None, f"corrupt (unreadable {MANIFEST})"
+
+
+def verify_files(tag_dir: Path, manifest: dict, files: list[str]) -> str | None:
+    """Why the listed ``files`` of a tag do not match its manifest (None when they all match)."""
+    for f in files:
+        try:
+            want = {"size": int(manifest["files"][f]["size"]), "sha256": str(manifest["files"][f]["sha256"])}
+        except (KeyError, TypeError, ValueError):
+            return f"corrupt (unreadable {MANIFEST})"
+        path = tag_dir / f
+        if not path.is_file():
+            return f"incomplete ({f} is missing)"
+        size = path.stat().st_size
+        if size != want["size"]:
+            return f"corrupt ({f}: {size} bytes, the manifest says {want['size']})"
+        if _file_digest(path)[1] != want["sha256"]:
+            return f"corrupt ({f}: sha256 differs from the manifest)"
+    return None
+
+
+def verify_checkpoint(tag_dir: Path) -> str | None:
+    """Why a tag folder is not a complete checkpoint (None when it is): manifest present, files match."""
+    manifest, why = read_manifest(tag_dir)
+    return why or verify_files(tag_dir, manifest, sorted(manifest["files"]))
+
+
+def rng_state() -> dict:
+    """RNG states of this process as tensors and plain values (loadable with ``weights_only=True``)."""
+    version, internal, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {"torch": torch.get_rng_state(),
+             "python": [version, list(internal), gauss],
+             "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)]}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def truncate_metrics(path: Path, step: int) -> int:
+    """Drop the rows of ``metrics.csv`` after ``step`` (and any torn last line); atomic rewrite.
+
+    Returns the number of rows dropped. A resumed run then appends from ``step + 1``: no step is
+    repeated or skipped.
+    """
+    with open(path, newline="") as fh:
+        rows = list(csv.reader(fh))
+    if not rows:
+        return 0
+    header, body = rows[0], rows[1:]
+
+    def keep(r):
+        return len(r) == len(header) and r[0].isdigit() and int(r[0]) <= step
+
+    kept = [r for r in body if keep(r)]
+    if len(kept) != len(body):
+        import io
+
+        buf = io.StringIO()
+        csv.writer(buf).writerows([header] + kept)
+        atomic_write_text(path, buf.getvalue())
+    return len(body) - len(kept)
 
 
 def lr_lambda(recipe: Recipe, clock=None):
@@ -343,33 +530,123 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
     def save(self) -> Path:
-        """DeepSpeed checkpoint (all ranks) + refreshed ``hf/`` export; keeps the newest ``keep_checkpoints``."""
+        """Atomic DeepSpeed checkpoint (all ranks) + refreshed ``hf/`` export; keeps the newest ``keep_checkpoints``.
+
+        Order: DeepSpeed writes the tag without touching ``latest``; after a barrier the ranks hash the
+        files (each a slice), rank 0 writes ``logos_manifest.json`` and then moves ``latest`` with a
+        temp file + ``os.replace``. Retention runs only after that, and never removes the new tag
+        (the one ``latest`` names). A kill at any point leaves ``latest`` on a complete checkpoint.
+        """
         ckpt = self.out / CKPT_DIR
         tag = f"step{self.step_count:07d}"
-        state = {"step": self.step_count, "position": self.position, "tokens": self.tokens_seen,
-                 "elapsed": self.elapsed_total(), "recipe": self.recipe.to_dict()}
-        self.engine.save_checkpoint(str(ckpt), tag=tag, client_state=state)
-        self.export(self.out / HF_DIR)
-        if self.is_main:
-            tags = sorted(p for p in ckpt.glob("step*") if p.is_dir())
-            for old in tags[: -self.recipe.train.keep_checkpoints]:
-                shutil.rmtree(old, ignore_errors=True)
+        self._saves = getattr(self, "_saves", 0) + 1
+        if self.is_main and (ckpt / tag).exists():  # left by a run abandoned past this step: start clean
+            shutil.rmtree(ckpt / tag)
+        self._barrier()
+        rng = [rng_state()]
         if self.world > 1:
-            torch.distributed.barrier()
+            rng = [None] * self.world
+            torch.distributed.all_gather_object(rng, rng_state())
+        state = {"step": self.step_count, "position": self.position, "tokens": self.tokens_seen,
+                 "elapsed": self.elapsed_total(), "recipe": self.recipe.to_dict(), "rng": rng}
+        self.engine.save_checkpoint(str(ckpt), tag=tag, client_state=state, save_latest=False)
+        self._barrier()  # every rank's files are written
+        fault = os.environ.get(FAULT_KILL_IN_SAVE)
+        if fault and int(fault) == self._saves:  # tests only (see FAULT_KILL_IN_SAVE)
+            os.kill(os.getpid(), signal.SIGKILL)
+        self._commit(ckpt, tag)
+        self.export(self.out / HF_DIR)
+        self._barrier()
         return ckpt / tag
 
+    def _barrier(self) -> None:
+        if self.world > 1:
+            torch.distributed.barrier()
+
+    def _commit(self, ckpt: Path, tag: str) -> None:
+        """Manifest (files hashed by all ranks, a slice each), then ``latest``, then retention (rank 0)."""
+        tag_dir = ckpt / tag
+        files = [checkpoint_files(tag_dir)] if self.is_main else [None]
+        if self.world > 1:
+            torch.distributed.broadcast_object_list(files, src=0)
+        files = files[0]
+        mine = digest_files(tag_dir, files[self.rank::self.world], sync=True)
+        parts = [mine]
+        if self.world > 1:
+            parts = [None] * self.world
+            torch.distributed.all_gather_object(parts, mine)
+        if self.is_main:
+            entries = {k: v for part in parts for k, v in part.items()}
+            write_manifest(tag_dir, entries, tag=tag, step=self.step_count, position=self.position,
+                           tokens=self.tokens_seen, world_size=self.world)
+            atomic_write_text(ckpt / LATEST, tag)
+            self._retain(ckpt, tag)
+        self._barrier()
+
+    def _retain(self, ckpt: Path, tag: str) -> None:
+        """Keep the newest ``keep_checkpoints`` complete tags up to ``tag`` (always ``tag``); drop the rest.
+
+        Incomplete tags (no manifest: a killed save) and tags past ``tag`` (a timeline this run
+        abandoned by resuming from an earlier checkpoint) are removed too.
+        """
+        step, keep = _tag_step(tag), self.recipe.train.keep_checkpoints
+        complete = [t for t in checkpoint_tags(ckpt) if _tag_step(t) <= step and (ckpt / t / MANIFEST).is_file()]
+        kept = {tag} | set(complete[:keep])
+        for old in checkpoint_tags(ckpt):
+            if old not in kept:
+                shutil.rmtree(ckpt / old, ignore_errors=True)
+
+    def _usable(self, tag_dir: Path) -> str | None:
+        """Why a tag is not a complete checkpoint (None when it is); the ranks share the hashing."""
+        manifest, why = read_manifest(tag_dir)
+        if why is None:
+            why = verify_files(tag_dir, manifest, sorted(manifest["files"])[self.rank::self.world])
+        if self.world > 1:
+            whys = [None] * self.world
+            torch.distributed.all_gather_object(whys, why)
+            why = next((w for w in whys if w), None)
+        return why
+
     def load(self) -> bool:
-        """Resume from the latest DeepSpeed checkpoint in ``OUT/checkpoints`` (False when there is none)."""
+        """Resume from the newest complete checkpoint in ``OUT/checkpoints`` (False when starting fresh).
+
+        Tries the tag ``latest`` names, then older tags newest-first; a tag whose manifest is missing
+        or whose files do not match it is refused with one line on stderr. With no tag folders at all,
+        or only never-committed ones (no manifest), the run starts fresh: nothing usable existed.
+        When a committed checkpoint (manifest present) is damaged and nothing older is usable,
+        :class:`CheckpointError`: a restart from step 0 would overwrite ``metrics.csv`` and, at its
+        first save, delete the damaged checkpoints a person may still want to recover.
+        """
         ckpt = self.out / CKPT_DIR
-        if not (ckpt / "latest").exists():
+        refused, chosen = [], None
+        for tag in resume_candidates(ckpt):
+            why = self._usable(ckpt / tag)
+            if why is None:
+                chosen = tag
+                break
+            refused.append((tag, why))
+        if self.is_main:
+            for tag, why in refused:
+                self._echo(f"pretrain: checkpoint {tag} is {why}; "
+                           + (f"using {chosen}" if chosen else "no older checkpoint to use"))
+        if chosen is None:
+            if any((ckpt / tag / MANIFEST).is_file() for tag, _ in refused):
+                raise CheckpointError(f"no usable checkpoint in {ckpt} (see above); move it away to start "
+                                      f"fresh, or run without --resume")
             if self.is_main:
-                self._echo(f"pretrain: no checkpoint in {ckpt}; starting fresh")
+                self._echo(f"pretrain: no complete checkpoint in {ckpt}; starting fresh")
             return False
-        path, state = self.engine.load_checkpoint(str(ckpt))
+        path, state = self.engine.load_checkpoint(str(ckpt), tag=chosen)
         if path is None:
-            raise RuntimeError(f"cannot load the DeepSpeed checkpoint in {ckpt}")
+            raise CheckpointError(f"cannot load the DeepSpeed checkpoint {ckpt / chosen}")
         self.step_count, self.position = int(state["step"]), int(state["position"])
         self.tokens_seen, self.elapsed = int(state["tokens"]), float(state.get("elapsed", 0.0))
+        rng = state.get("rng")
+        if rng and len(rng) == self.world:
+            set_rng_state(rng[self.rank])
+        elif self.is_main:
+            self._echo(f"pretrain: RNG states not restored ({len(rng) if rng else 'no'} saved, "
+                       f"{self.world} processes now)")
         if self.is_main:
             self._echo(f"pretrain: resumed {path} at step {self.step_count}")
         return True
@@ -408,6 +685,8 @@ class Trainer:
         fh = None
         if self.is_main:
             new = not metrics.exists() or self.step_count == 0
+            if not new:  # resumed: rows past the checkpoint were logged by the killed run; drop them
+                truncate_metrics(metrics, self.step_count)
             fh = open(metrics, "w" if new else "a", newline="")
             writer = csv.writer(fh)
             if new:

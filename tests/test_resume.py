@@ -1,0 +1,206 @@
+"""Exact resume: atomic checkpoints, SIGKILL mid-run and mid-save, corrupt checkpoints, retention.
+
+Every run is a real ``python -m logos.cli pretrain`` child process (one thread) on the 500-molecule
+fixture: 8 steps, a checkpoint every 2, a metrics row every step. One uninterrupted run of the
+same seed (module fixture) is the reference loss curve.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from logos.config import load_recipe
+from logos.train import (FAULT_KILL_IN_SAVE, MANIFEST, CheckpointError, Trainer, checkpoint_tags, read_latest,
+                         truncate_metrics, verify_checkpoint)
+from train_fixtures import cli_env, make_shards, tiny_recipe
+
+STEPS, SAVE_EVERY, KEEP = 8, 2, 2
+
+
+def write_recipe(shards: Path, out: Path) -> Path:
+    recipe = tiny_recipe(shards, out, max_steps=STEPS, save_every=SAVE_EVERY, keep_checkpoints=KEEP,
+                         log_every=1, seed=7)
+    path = out.parent / f"{out.name}.yaml"
+    path.write_text(yaml.safe_dump(recipe.to_dict(), sort_keys=False))
+    return path
+
+
+def pretrain_cmd(recipe: Path, resume: bool = False) -> list[str]:
+    return [sys.executable, "-m", "logos.cli", "pretrain", "--config", str(recipe), "-q"] + \
+        (["--resume"] if resume else [])
+
+
+def run(recipe: Path, resume: bool = False, **env) -> subprocess.CompletedProcess:
+    proc = subprocess.run(pretrain_cmd(recipe, resume), env={**cli_env(), **env}, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def rows(out: Path) -> list[tuple[int, float]]:
+    with open(out / "metrics.csv", newline="") as fh:
+        return [(int(r["step"]), float(r["loss"])) for r in csv.DictReader(fh)]
+
+
+def assert_same_curve(out: Path, reference: Path) -> None:
+    got, expected = rows(out), dict(rows(reference))
+    assert [s for s, _ in got] == list(range(1, STEPS + 1))  # every step exactly once, in order
+    assert [loss for _, loss in got] == pytest.approx([expected[s] for s, _ in got], rel=1e-5, abs=1e-6)
+
+
+def assert_retention(ckpt: Path) -> None:
+    tags = checkpoint_tags(ckpt)
+    assert tags == [f"step{s:07d}" for s in range(STEPS, 0, -SAVE_EVERY)][:KEEP]
+    assert read_latest(ckpt) == tags[0]
+    assert all(verify_checkpoint(ckpt / t) is None for t in tags)
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    return make_shards(tmp_path_factory.mktemp("resume"))
+
+
+@pytest.fixture(scope="module")
+def reference(shards, tmp_path_factory):
+    """One uninterrupted run: the loss curve every resumed run must reproduce."""
+    out = tmp_path_factory.mktemp("reference") / "run"
+    run(write_recipe(shards, out))
+    assert [s for s, _ in rows(out)] == list(range(1, STEPS + 1))
+    return out
+
+
+def test_retention_keeps_exactly_k_complete_checkpoints(reference):
+    ckpt = reference / "checkpoints"
+    assert_retention(ckpt)
+    manifest = json.loads((ckpt / read_latest(ckpt) / MANIFEST).read_text())
+    assert manifest["step"] == STEPS and manifest["position"] > 0
+    assert "mp_rank_00_model_states.pt" in manifest["files"]
+    assert all(len(e["sha256"]) == 64 and e["size"] > 0 for e in manifest["files"].values())
+
+
+def test_sigkill_mid_run_resumes_on_the_same_curve(shards, reference, tmp_path):
+    out = tmp_path / "run"
+    recipe = write_recipe(shards, out)
+    proc = subprocess.Popen(pretrain_cmd(recipe), env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if (out / "metrics.csv").exists() and any(s >= 5 for s, _ in _rows_so_far(out)):
+            break
+        time.sleep(0.005)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    proc.stderr.close()
+    assert max(s for s, _ in _rows_so_far(out)) < STEPS
+    resumed = run(recipe, resume=True)
+    assert "pretrain: resumed" in resumed.stderr
+    assert_same_curve(out, reference)
+    assert_retention(out / "checkpoints")
+
+
+def _rows_so_far(out: Path) -> list[tuple[int, float]]:
+    """Complete metrics rows of a run in progress (the last line may be half-written)."""
+    got = []
+    with open(out / "metrics.csv", newline="") as fh:
+        for r in list(csv.reader(fh))[1:]:
+            with_loss = len(r) > 4 and r[0].isdigit()
+            if with_loss:
+                try:
+                    got.append((int(r[0]), float(r[4])))
+                except ValueError:
+                    pass
+    return got
+
+
+def test_sigkill_during_a_save_keeps_latest_on_the_previous_checkpoint(shards, reference, tmp_path):
+    out = tmp_path / "run"
+    recipe = write_recipe(shards, out)
+    proc = subprocess.run(pretrain_cmd(recipe), env={**cli_env(), FAULT_KILL_IN_SAVE: "3"}, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    ckpt = out / "checkpoints"
+    torn = ckpt / "step0000006"  # the 3rd save: DeepSpeed's files written, no manifest, latest not moved
+    assert (torn / "mp_rank_00_model_states.pt").exists() and not (torn / MANIFEST).exists()
+    assert read_latest(ckpt) == "step0000004" and verify_checkpoint(ckpt / "step0000004") is None
+    assert max(s for s, _ in rows(out)) == 6  # step 6 was logged before its save; the resume redoes it
+    resumed = run(recipe, resume=True)
+    assert "pretrain: resumed" in resumed.stderr and "step0000004" in resumed.stderr
+    assert_same_curve(out, reference)
+    assert_retention(ckpt)
+
+
+def test_corrupt_checkpoint_is_refused_and_the_previous_one_used(shards, reference, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(reference, out)
+    recipe = write_recipe(shards, out)
+    newest = out / "checkpoints" / f"step{STEPS:07d}"
+    victim = newest / "mp_rank_00_model_states.pt"
+    size = victim.stat().st_size
+    with open(victim, "r+b") as fh:  # truncated; the manifest stays
+        fh.truncate(size // 2)
+    resumed = run(recipe, resume=True)
+    previous = f"step{STEPS - SAVE_EVERY:07d}"
+    line = (f"pretrain: checkpoint {newest.name} is corrupt (mp_rank_00_model_states.pt: {size // 2} bytes, "
+            f"the manifest says {size}); using {previous}")
+    assert line in resumed.stderr.splitlines()
+    assert f"resumed {out / 'checkpoints' / previous}" in resumed.stderr
+    assert_same_curve(out, reference)  # steps 7-8 redone, their old rows replaced
+    assert_retention(out / "checkpoints")
+
+
+def test_no_usable_checkpoint(shards, reference, tmp_path):
+    """Only a never-committed tag: start fresh. A damaged committed one and nothing older: refuse."""
+    out = tmp_path / "run"
+    recipe = write_recipe(shards, out)
+    (out / "checkpoints" / "step0000002").mkdir(parents=True)
+    (out / "checkpoints" / "step0000002" / "mp_rank_00_model_states.pt").write_bytes(b"torn")
+    # a committed but damaged checkpoint (checked without a training run: Trainer.load only)
+    ckpt_src = reference / "checkpoints" / f"step{STEPS:07d}"
+    damaged = out / "checkpoints" / f"step{STEPS:07d}"
+    shutil.copytree(ckpt_src, damaged)
+    (out / "checkpoints" / "latest").write_text(damaged.name)
+    (damaged / "mp_rank_00_model_states.pt").write_bytes(b"x")
+    lines: list[str] = []
+    with pytest.raises(CheckpointError, match="no usable checkpoint"):
+        Trainer(load_recipe(recipe), resume=True, progress=False, echo=lines.append)
+    assert lines[0] == f"pretrain: checkpoint {damaged.name} is corrupt (mp_rank_00_model_states.pt: 1 bytes, " \
+                       f"the manifest says {(ckpt_src / 'mp_rank_00_model_states.pt').stat().st_size}); " \
+                       "no older checkpoint to use"
+    assert lines[1].startswith("pretrain: checkpoint step0000002 is incomplete (missing logos_manifest.json)")
+    shutil.rmtree(damaged)
+    lines.clear()
+    trainer = Trainer(load_recipe(recipe), resume=True, progress=False, echo=lines.append)
+    assert trainer.step_count == 0
+    assert lines[-1] == f"pretrain: no complete checkpoint in {out / 'checkpoints'}; starting fresh"
+
+
+def test_truncate_metrics_drops_rows_past_the_step_and_torn_lines(tmp_path):
+    path = tmp_path / "metrics.csv"
+    path.write_text("step,tokens,loss\n1,10,5.0\n2,20,4.0\n3,30,3.0\n4,4")
+    assert truncate_metrics(path, 2) == 2
+    assert path.read_text().splitlines() == ["step,tokens,loss", "1,10,5.0", "2,20,4.0"]
+    assert truncate_metrics(path, 2) == 0
+
+
+def test_a_flipped_byte_of_the_same_size_is_refused(reference, tmp_path):
+    tag = tmp_path / "tag"
+    shutil.copytree(reference / "checkpoints" / f"step{STEPS:07d}", tag)
+    assert verify_checkpoint(tag) is None
+    victim = tag / "mp_rank_00_model_states.pt"
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    assert verify_checkpoint(tag) == "corrupt (mp_rank_00_model_states.pt: sha256 differs from the manifest)"
+    (tag / MANIFEST).unlink()
+    assert verify_checkpoint(tag) == f"incomplete (missing {MANIFEST})"
