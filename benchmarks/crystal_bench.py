@@ -57,7 +57,7 @@ def _roundtrip(args):
     signal.alarm(60)
     try:
         if obj is None:  # a file: CIF (gemmi reader) or pymatgen JSON
-            item = next(iter(C.read(Path(key), {})))
+            item = next(iter(C.read_crystal_file(Path(key))))
             crystal = C.load(item)
             s_in = Structure.from_file(key) if key.endswith(".cif") else Structure.from_dict(item.payload)
         else:
@@ -212,8 +212,7 @@ def main(argv=None) -> int:
         t = time.perf_counter()
         n_bare = _bare(paths)
         bare = time.perf_counter() - t
-        opts = {"crystal": C.options(argparse.Namespace()), "mof": M.options(argparse.Namespace())}
-        result = tokenize_files(paths, folder / "out.jsonl", opts, workers=1, progress=False, echo=lambda line: None)
+        result = tokenize_files(paths, folder / "out.jsonl", None, workers=1, progress=False, echo=lambda line: None)
         print(f"throughput on {len(paths)} MP CIF files (symmetrized by pymatgen CifWriter, symprec 0.1), 1 process: "
               f"logos tokenize {result.records / result.seconds:.1f} crystals/s ({result.errors} rejected); "
               f"bare gemmi read + spglib dataset {n_bare / bare:.1f} crystals/s", flush=True)

@@ -54,11 +54,11 @@ def logos_cli(paths: list[Path], out: Path, workers: int, *flags: str) -> float:
 def logos_inprocess(paths: list[Path], out: Path, *flags: str) -> float:
     """``tokenize_files`` in this process: the encoders without interpreter start and imports."""
     from logos.cli import build_parser
-    from logos.domains import DOMAINS
+    from logos.domains import encoder_options
     from logos.encode import tokenize_files
 
     args = build_parser().parse_args(["tokenize", *map(str, paths), "-o", str(out), *flags])
-    options = {name: m.options(args) for name, m in DOMAINS.items()}
+    options = encoder_options(vars(args), strict=False)
     start = time.perf_counter()
     tokenize_files(paths, out, options, domain=args.domain, workers=1, progress=False, echo=lambda line: None)
     return time.perf_counter() - start

@@ -19,14 +19,12 @@ from pathlib import Path
 from rdkit import Chem, RDConfig
 
 from logos import data
-from logos.domains import molecule, reaction
+from logos.domains import DOMAINS, encoder_options, molecule, reaction
 from logos.encode import tokenize_files
 from logos.grammar import validate
 from logos.records import RecordError, read_records
 
-OPTIONS = {"molecule": {"augment": 0, "kekule": False, "column": None, "id_column": None},
-           "reaction": {"retro": False, "drop_agents": False, "keep_atom_maps": False, "column": None,
-                        "id_column": None, "kekule": False}}
+OPTIONS = encoder_options()
 CONTRIB = Path(RDConfig.RDContribDir)
 
 
@@ -66,10 +64,8 @@ def molecule_sets(work: Path, n_moses: int) -> dict[str, tuple[Path, list[str | 
 
 def _expected_molecules(path: Path) -> dict[str, str | None]:
     """source -> canonical SMILES of the input as RDKit reads it (None: RDKit cannot read it)."""
-    from logos.domains import molecule as m
-
     expected = {}
-    for item in m.read(path, OPTIONS["molecule"]):
+    for item in DOMAINS["molecule"].read(path, OPTIONS["molecule"]):
         if item.payload is None:
             continue
         mol = (Chem.MolFromMolBlock(item.payload) if item.extra.get("sdf") else Chem.MolFromSmiles(item.payload))

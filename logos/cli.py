@@ -17,10 +17,10 @@ EXIT_OK, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
 
 
 def _cmd_tokenize(args: argparse.Namespace) -> int:
-    from logos.domains import DOMAINS
+    from logos.domains import encoder_options
     from logos.encode import tokenize_files
 
-    options = {name: module.options(args) for name, module in DOMAINS.items()}
+    options = encoder_options(vars(args), strict=False)
     result = tokenize_files([Path(p) for p in args.inputs], Path(args.output), options, domain=args.domain,
                             workers=args.workers, progress=False if args.quiet else None)
     rate = result.inputs / result.seconds if result.seconds else 0.0
@@ -35,7 +35,7 @@ def _cmd_detokenize(args: argparse.Namespace) -> int:
     from logos.decode import detokenize_file
 
     try:
-        result = detokenize_file(Path(args.input), Path(args.output), args,
+        result = detokenize_file(Path(args.input), Path(args.output), _writer_options(args),
                                  progress=False if args.quiet else None)
     except InputError as e:
         print(f"logos detokenize: {e}", file=sys.stderr)
@@ -161,7 +161,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
                       max_new_tokens=args.max_new_tokens, seed=args.seed,
                       inputs=Path(args.input) if args.input else None,
                       reference=Path(args.reference) if args.reference else None,
-                      progress=False if args.quiet else None, constrained=not args.unconstrained, args=args)
+                      progress=False if args.quiet else None, constrained=not args.unconstrained,
+                      writer_options=_writer_options(args))
     print(f"generate: {result.summary()} -> {args.output}"
           + (f" (invalid samples in {_errors_name(args.output)})" if result.valid < result.samples else ""),
           file=sys.stderr)
@@ -190,6 +191,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _writer_options(args: argparse.Namespace):
+    from logos.domains.base import WriterOptions
+
+    return WriterOptions(three_d=bool(getattr(args, "three_d", False)), seed=int(getattr(args, "seed", 0) or 0),
+                         cif_multi_block=bool(getattr(args, "cif_multi_block", False)))
+
+
 def _errors_name(output: str) -> str:
     from logos.records import errors_path_for
 
@@ -199,6 +207,7 @@ def _errors_name(output: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     from logos import __version__
     from logos.domains import DOMAINS
+    from logos.domains.base import add_option_arguments
 
     parser = argparse.ArgumentParser(prog="logos", description=__doc__.split("\n")[0],
                                      epilog="Exit status: 0 ok; 1 some records rejected (good ones written); 2 usage error.")
@@ -213,8 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--domain", choices=sorted(DOMAINS), help="domain of every input (default: from each file)")
     p.add_argument("--workers", type=int, default=1, metavar="N", help="encoder processes (default 1)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    for module in DOMAINS.values():
-        module.add_arguments(p)
+    add_option_arguments(p, DOMAINS.values())
     p.set_defaults(func=_cmd_tokenize)
 
     p = sub.add_parser("detokenize", help="grammar-text JSONL -> .smi/.sdf/.rsmi/.cif/.json (by the output suffix)")

@@ -7,32 +7,41 @@ A corpus config (YAML, an instance of :class:`CorpusConfig`) lists sources: a bu
 1. **parts**: each source is tokenized to ``DIR/parts/NAME.jsonl``; a ``NAME.done`` marker holds the
    hash of the source's config, so a rerun skips finished sources and redoes changed ones.
 2. **split**: all parts are streamed once, exact duplicate texts dropped (first wins), and each
-   record assigned to train/validation/test by a seeded hash of its *group key*, so related
-   records never straddle splits: molecules by Bemis-Murcko scaffold (scaffold split; acyclic
-   molecules by their own SMILES), reactions by their reactant and product sets (so the forward
-   and retro forms of one reaction stay together), everything else by the
-   structure it came from (``meta.structure``, else ``id``, else the source file). Output files are
+   record assigned to train/validation/test by a seeded hash of its *group key*
+   (:mod:`logos.splits`), so related records never straddle splits: molecules by Bemis-Murcko
+   scaffold, reactions by their reactant and product sets (the forward and retro forms of one
+   reaction stay together), everything else by the structure it came from. Output files are
    written atomically; ``stats.md`` / ``stats.json`` hold records and tokens per domain and split.
+
+A part is redone when anything it depends on changes: the source's config, its input files (size
+and mtime), the **source code** of the domain's encoder (its module and every ``logos`` module it
+imports, read with ``ast``), the grammar file and the versions of the parsing libraries. The split
+is redone when a part or the tokenizer's **contents** change (not its path).
+
+Train on the splits as built: ``logos pack corpus/train.jsonl --val corpus/validation.jsonl``.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
 import glob
 import hashlib
+import importlib.util
 import json
 import sys
 import time
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 
 import yaml
 
-from logos import __version__
-from logos.grammar import split_symbols
-from logos.records import errors_path_for, read_records
+from logos.records import InputError, errors_path_for, read_records
+from logos.splits import group_key, split_of
 
-__all__ = ["Source", "CorpusConfig", "load_config", "build_corpus", "group_key"]
+__all__ = ["Source", "CorpusConfig", "load_config", "build_corpus", "encoder_digest", "directory_digest"]
 
 SPLITS = ("train", "validation", "test")
 
@@ -55,6 +64,8 @@ class Source:
     """Force the domain (default: detected per file, as ``logos tokenize`` does)."""
     args: list[str] = field(default_factory=list)
     """Extra ``logos tokenize`` flags, e.g. ``["--retro"]`` or ``["--pocket-cutoff", "6"]``."""
+    options: dict = field(default_factory=dict)
+    """Encoder options by name, typed (``{retro: true, pocket_cutoff: 6.0}``); applied after ``args``."""
 
     def __post_init__(self):
         if bool(self.dataset) == bool(self.files):
@@ -108,20 +119,83 @@ def load_config(path: Path) -> CorpusConfig:
 
 
 def _digest(obj) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def _tokenize_options(source: Source) -> tuple[dict, str | None]:
-    """The per-domain options that ``logos tokenize`` would use with the source's flags."""
-    from logos.cli import build_parser
-    from logos.domains import DOMAINS
+    """The typed per-domain options that ``logos tokenize`` would use with the source's flags and options."""
+    from logos.domains import DOMAINS, encoder_options
+    from logos.domains.base import parse_flags
 
-    parser = build_parser()
     try:
-        args = parser.parse_args(["tokenize", "IN", "-o", "OUT", *source.args])
-    except SystemExit:
-        raise ValueError(f"source {source.name!r}: bad tokenize flags {source.args}") from None
-    return {name: module.options(args) for name, module in DOMAINS.items()}, source.domain or args.domain
+        values = {**parse_flags(DOMAINS.values(), list(source.args)), **source.options}
+        flag_domain = values.pop("domain", None)
+        options = encoder_options(values)
+    except InputError as e:
+        raise ValueError(f"source {source.name!r}: bad tokenize flags or options: {e}") from None
+    domain = source.domain or flag_domain
+    if domain is not None and domain not in DOMAINS:
+        raise ValueError(f"source {source.name!r}: unknown domain {domain!r} (known: {', '.join(DOMAINS)})")
+    return options, domain
+
+
+# Parsing libraries whose versions change what the encoders write (canonical SMILES, symmetry, ...).
+_LIBRARIES = ("rdkit", "gemmi", "spglib", "biopython", "biotite", "mini3di", "numpy")
+
+
+@functools.lru_cache(maxsize=None)
+def _module_sources(module: str) -> tuple[tuple[str, str], ...]:
+    """(module, sha256 of its source) for ``module`` and every ``logos`` module it imports, transitively."""
+    seen: dict[str, str] = {}
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            continue
+        source = Path(spec.origin).read_bytes()
+        seen[name] = hashlib.sha256(source).hexdigest()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                todo += [a.name for a in node.names if a.name.split(".")[0] == "logos"]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "logos":
+                # ``from logos.domains import textfiles``: the submodule, not the package's registry
+                subs = [f"{node.module}.{a.name}" for a in node.names]
+                subs = [m for m in subs if importlib.util.find_spec(m) is not None] \
+                    if importlib.util.find_spec(node.module).submodule_search_locations else []
+                todo += subs if len(subs) == len(node.names) else [node.module, *subs]
+    return tuple(sorted(seen.items()))
+
+
+def encoder_digest(domain: str | None) -> str:
+    """What a part's records depend on besides its inputs: encoder source, grammar, library versions.
+
+    ``domain`` None (detected per file) covers every domain's encoder.
+    """
+    from logos.domains import DOMAINS
+    from logos.grammar import grammar_text
+
+    names = [domain] if domain else sorted(DOMAINS)
+    modules = sorted({m for d in names for m in _module_sources(type(DOMAINS[d]).__module__)})
+    versions = {}
+    for lib in _LIBRARIES:
+        try:
+            versions[lib] = metadata.version(lib)
+        except metadata.PackageNotFoundError:
+            versions[lib] = None
+    return _digest({"modules": modules, "grammar": hashlib.sha256(grammar_text().encode()).hexdigest(),
+                    "libraries": versions})
+
+
+def directory_digest(path: Path) -> str:
+    """Digest of the contents of every file in a directory (a tokenizer is its files, not its path)."""
+    path = Path(path)
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        h.update(f.relative_to(path).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
 
 
 def _inputs(source: Source, seed: int) -> list[Path]:
@@ -141,16 +215,16 @@ def build_part(source: Source, config: CorpusConfig, out_dir: Path, echo=print) 
     parts.mkdir(parents=True, exist_ok=True)
     part, marker = parts / f"{source.name}.jsonl", parts / f"{source.name}.done"
     inputs = _inputs(source, config.seed)
-    # Inputs change -> the part is redone: their size and mtime, and the encoder version, are in the digest.
+    options, domain = _tokenize_options(source)
+    # Inputs (size, mtime), the source's config and the encoder's code are in the digest: any change redoes the part.
     stamps = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) if p.exists() else (str(p), None, None)
               for p in inputs]
     digest = _digest({"source": dataclasses.asdict(source), "seed": config.seed, "inputs": stamps,
-                      "logos": __version__})
+                      "encoder": encoder_digest(domain)})
     if part.exists() and marker.exists() and json.loads(marker.read_text()).get("digest") == digest:
         echo(f"corpus: {source.name}: done earlier, skipped")
         return part
     marker.unlink(missing_ok=True)
-    options, domain = _tokenize_options(source)
     tmp = parts / f"{source.name}.part.jsonl"
     result = tokenize_files(inputs, tmp, options, domain=domain, workers=config.workers)
     tmp.replace(part)
@@ -165,39 +239,14 @@ def build_part(source: Source, config: CorpusConfig, out_dir: Path, echo=print) 
     return part
 
 
-def group_key(record: dict) -> str:
-    """What must stay in one split: scaffold, product set, or source structure."""
-    domain = record.get("domain")
-    text = record["text"]
-    if domain == "molecule":
-        from rdkit import Chem
-        from rdkit.Chem.Scaffolds import MurckoScaffold
-
-        smiles = split_symbols(text)[1]
-        mol = Chem.MolFromSmiles(smiles)
-        if mol is not None:
-            scaffold = MurckoScaffold.MurckoScaffoldSmiles(mol=mol)
-            return "scaffold:" + (scaffold or Chem.MolToSmiles(mol))
-        return "smiles:" + smiles
-    if domain == "reaction":
-        from logos.domains.reaction import reaction_from_text
-
-        reactants, _, products = reaction_from_text(text)  # forward and retro forms group together
-        return "reaction:" + ".".join(sorted(reactants)) + ">>" + ".".join(sorted(products))
-    meta = record.get("meta") or {}
-    structure = meta.get("structure") or record.get("id") or record.get("source", "").rsplit(":", 1)[0]
-    return f"structure:{structure}"
-
-
-def _split_of(key: str, seed: int, validation: float, test: float) -> str:
-    u = int.from_bytes(hashlib.blake2b(f"{seed}:{key}".encode(), digest_size=8).digest(), "big") / 2**64
-    return "test" if u < test else "validation" if u < test + validation else "train"
+def _tokenizer_dir(name: str) -> Path:
+    return Path(name)
 
 
 def split_parts(parts: list[Path], config: CorpusConfig, out_dir: Path, echo=print) -> dict:
     from logos.tokenizer import load_tokenizer
 
-    tokenizer = load_tokenizer(Path(config.tokenizer))
+    tokenizer = load_tokenizer(_tokenizer_dir(config.tokenizer))
     seen: set[bytes] = set()
     stats: dict[str, dict[str, dict[str, int]]] = {}
     duplicates = 0
@@ -223,7 +272,7 @@ def split_parts(parts: list[Path], config: CorpusConfig, out_dir: Path, echo=pri
                     duplicates += 1
                     continue
                 seen.add(h)
-                batch.append((_split_of(group_key(rec), config.seed, config.validation, config.test), rec))
+                batch.append((split_of(group_key(rec), config.seed, config.validation, config.test), rec))
                 if len(batch) >= 2048:
                     flush()
         flush()
@@ -260,7 +309,7 @@ def build_corpus(config: CorpusConfig, out_dir: Path, echo=None) -> dict:
     parts = [build_part(source, config, out_dir, echo) for source in config.sources]
     split_digest = _digest({"parts": [(p.name, (p.with_suffix(".done")).read_text()) for p in parts],
                             "seed": config.seed, "validation": config.validation, "test": config.test,
-                            "tokenizer": config.tokenizer})
+                            "tokenizer": directory_digest(_tokenizer_dir(config.tokenizer))})
     marker = out_dir / "split.done"
     if marker.exists() and json.loads(marker.read_text()).get("digest") == split_digest and \
             all((out_dir / f"{s}.jsonl").exists() for s in SPLITS):

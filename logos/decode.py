@@ -7,7 +7,6 @@ reported with the position of its first error), then handed to the writer for th
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from logos.domains import writer_for
+from logos.domains.base import WriterOptions
 from logos.grammar import GrammarError, validate
 from logos.records import ErrorLog, InputError, RecordError, errors_path_for, read_records
 
@@ -34,7 +34,7 @@ class DetokenizeResult:
         return 1 if self.errors else 0
 
 
-def detokenize_file(inp: Path, out: Path, args: argparse.Namespace | None = None, progress: bool | None = None,
+def detokenize_file(inp: Path, out: Path, options: WriterOptions | None = None, progress: bool | None = None,
                     echo=None) -> DetokenizeResult:
     start = time.perf_counter()
     out = Path(out)
@@ -43,26 +43,23 @@ def detokenize_file(inp: Path, out: Path, args: argparse.Namespace | None = None
     bar = tqdm(unit="rec", desc="detokenize", disable=None if progress is None else not progress,
                mininterval=0.5, file=sys.stderr)
     errors = ErrorLog(errors_path_for(out), echo=echo or (lambda line: bar.write(line, file=sys.stderr)))
-    writer = writer_cls(out, args)
     n_records = n_objects = 0
     try:
-        for record in read_records(Path(inp), errors):
-            n_records += 1
-            bar.update(1)
-            source = record.get("source", f"{inp}:{n_records}")
-            try:
-                validate(record["text"])
-                n_objects += writer.write(record)
-            except GrammarError as e:
-                errors.add(source, str(e))
-            except RecordError as e:
-                errors.add(source, str(e))
-            except Exception as e:  # a detokenizer bug must not lose the other records
-                errors.add(source, f"internal error ({type(e).__name__}): {e}")
+        with writer_cls(out, options) as writer:
+            for record in read_records(Path(inp), errors):
+                n_records += 1
+                bar.update(1)
+                source = record.get("source", f"{inp}:{n_records}")
+                try:
+                    validate(record["text"])
+                    n_objects += writer.write(record)
+                except (GrammarError, RecordError) as e:
+                    errors.add(source, str(e))
+                except Exception as e:  # a detokenizer bug must not lose the other records
+                    errors.add(source, f"internal error ({type(e).__name__}): {e}")
     except InputError as e:
         errors.add(str(inp), str(e))
     finally:
-        writer.close()
         bar.close()
         errors.close()
     return DetokenizeResult(n_records, n_objects, errors.count, time.perf_counter() - start)

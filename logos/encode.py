@@ -8,6 +8,7 @@ file is reported once (stderr line + ``OUT.errors.jsonl``) and never stops the r
 from __future__ import annotations
 
 import csv
+import dataclasses
 import datetime as _dt
 import json
 import multiprocessing as mp
@@ -45,9 +46,9 @@ class TokenizeResult:
 def _items(paths: Iterable[Path], domain: str | None, options: dict) -> Iterator[tuple[str | None, WorkItem]]:
     for path in paths:
         try:
-            module = DOMAINS[domain] if domain else detect(path)
-            for item in module.read(path, options[module.NAME]):
-                yield module.NAME, item
+            dom = DOMAINS[domain] if domain else detect(path)
+            for item in dom.read(path, options[dom.name]):
+                yield dom.name, item
         except (InputError, OSError, EOFError, UnicodeError, csv.Error) as e:
             reason = str(e) if isinstance(e, RecordError) else f"cannot read: {e}"
             yield None, WorkItem(str(path), None, extra={"error": reason})
@@ -106,8 +107,7 @@ def _estimate(paths: list[Path], domain: str | None) -> int | None:
     total = 0
     for path in paths:
         try:
-            module = DOMAINS[domain] if domain else detect(path)
-            total += module.count(path)
+            total += (DOMAINS[domain] if domain else detect(path)).count(path)
         except (InputError, OSError, EOFError, UnicodeError):
             continue
     return total or None
@@ -116,13 +116,17 @@ def _estimate(paths: list[Path], domain: str | None) -> int | None:
 def tokenize_files(
     paths: list[Path],
     out: Path,
-    options: dict,
+    options: dict | None = None,
     domain: str | None = None,
     workers: int = 1,
     progress: bool | None = None,
     echo=None,
 ) -> TokenizeResult:
-    """Encode ``paths`` into ``out`` (JSONL). ``options`` maps domain name -> its options dict."""
+    """Encode ``paths`` into ``out`` (JSONL). ``options`` maps domain name -> its typed options
+    (:func:`logos.domains.encoder_options`; default: every domain's defaults)."""
+    from logos.domains import default_options
+
+    options = {**default_options(), **(options or {})}
     start = time.perf_counter()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -133,7 +137,7 @@ def tokenize_files(
         "logos_version": __version__, "grammar": "v1",
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "inputs": [str(p) for p in paths], "domain": domain or "detected",
-        "options": {name: opts for name, opts in options.items() if name in DOMAINS},
+        "options": {name: dataclasses.asdict(opts) for name, opts in options.items() if name in DOMAINS},
     }}
     n_records = n_inputs = 0
     items = _items(paths, domain, options)

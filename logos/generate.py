@@ -28,7 +28,6 @@ uniqueness (distinct canonical SMILES among the valid ones) and, with ``--refere
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 import time
@@ -252,7 +251,7 @@ def _prompts(task: str, inputs: list[str] | None, n: int) -> list[tuple[str, str
 def generate(checkpoint: Path, out: Path, task: str = "molecule", n: int = 100, batch_size: int = 50,
              temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, max_new_tokens: int = 96, seed: int = 0,
              inputs: Path | None = None, reference: Path | None = None, progress: bool | None = None,
-             constrained: bool = True, args: argparse.Namespace | None = None) -> GenerateResult:
+             constrained: bool = True, writer_options=None) -> GenerateResult:
     """Sample ``n`` molecules (or ``n`` reactant sets per product) and write them to ``out`` by suffix."""
     from logos.domains import molecule, reaction, writer_for
 
@@ -272,7 +271,7 @@ def generate(checkpoint: Path, out: Path, task: str = "molecule", n: int = 100, 
     vocab_rows = model.get_output_embeddings().weight.shape[0]
     torch.manual_seed(seed)
     out.parent.mkdir(parents=True, exist_ok=True)
-    writer = writer_cls(out, args)
+    writer = writer_cls(out, writer_options)
     errors = ErrorLog(errors_path_for(out), echo=lambda line: None)
     texts: list[str] = []
     written: list[str] = []  # texts the writer accepted (RDKit parsed every molecule)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from rdkit import Chem
 from rdkit.Chem.Scaffolds import MurckoScaffold
 
@@ -71,7 +72,6 @@ def test_shipped_corpus_config_parses():
 
 
 def test_changed_input_file_is_redone_and_bad_config_is_refused(tmp_path):
-    import pytest
     src = tmp_path / "m.smi"
     src.write_text("CCO\nCCN\n")
     config = CorpusConfig(sources=[Source(name="mine", files=[str(src)])], validation=0.0, test=0.0,
@@ -88,5 +88,79 @@ def test_changed_input_file_is_redone_and_bad_config_is_refused(tmp_path):
     with pytest.raises(ValueError, match="unknown dataset"):
         load_config(bad)
     bad.write_text("sources:\n  - name: x\n    files: [a.smi]\n    args: ['--bogus']\n")
-    with pytest.raises(ValueError, match="bad tokenize flags"):
+    with pytest.raises(ValueError, match="bad tokenize flags or options"):
         load_config(bad)
+
+
+# ---------------------------------------------------------------- what a part depends on
+def _digest_in_copy(tmp_path, name: str, domain: str, edit: str | None = None) -> str:
+    """``encoder_digest(domain)`` computed in a child process over a copy of the package (optionally edited)."""
+    import shutil
+    import subprocess
+    import sys
+
+    root = tmp_path / name
+    shutil.copytree(REPO / "logos", root / "logos", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "grammar", root / "grammar")
+    if edit:
+        path = root / "logos" / edit
+        path.write_text(path.read_text() + "\n# an encoder change\n")
+    code = f"from logos.corpus import encoder_digest; print(encoder_digest({domain!r}))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)})
+    return out.stdout.strip()
+
+
+def test_encoder_digest_follows_the_encoder_source_per_domain(tmp_path):
+    base = _digest_in_copy(tmp_path, "a", "molecule")
+    assert _digest_in_copy(tmp_path, "b", "molecule") == base  # same code, same digest
+    assert _digest_in_copy(tmp_path, "c", "molecule", edit="domains/molecule.py") != base
+    assert _digest_in_copy(tmp_path, "d", "molecule", edit="domains/textfiles.py") != base  # an imported module
+    crystal = _digest_in_copy(tmp_path, "e", "crystal")
+    assert _digest_in_copy(tmp_path, "f", "crystal", edit="domains/molecule.py") == crystal  # not its code
+
+
+def test_part_is_redone_when_its_encoder_or_the_tokenizer_contents_change(tmp_path, monkeypatch):
+    import shutil
+
+    import logos.corpus as corpus
+
+    tokenizer = tmp_path / "tok"
+    shutil.copytree(REPO / "tokenizers" / "default", tokenizer)
+    src = tmp_path / "m.smi"
+    src.write_text("CCO\nCCN\n")
+    config = CorpusConfig(sources=[Source(name="mine", files=[str(src)])], validation=0.0, test=0.0,
+                          tokenizer=str(tokenizer), workers=1)
+    out = tmp_path / "c"
+    build_corpus(config, out, echo=lambda line: None)
+    lines = []
+    build_corpus(config, out, echo=lines.append)
+    assert sum("skipped" in l for l in lines) == 2
+    real = corpus.encoder_digest
+    monkeypatch.setattr(corpus, "encoder_digest", lambda domain: real(domain) + "-changed")
+    lines.clear()
+    build_corpus(config, out, echo=lines.append)
+    assert not any("mine: done earlier" in l for l in lines)
+    monkeypatch.undo()
+    build_corpus(config, out, echo=lambda line: None)
+    (tokenizer / "tokenizer_config.json").write_text((tokenizer / "tokenizer_config.json").read_text() + "\n")
+    lines.clear()
+    build_corpus(config, out, echo=lines.append)  # same path, other contents: the split is redone
+    assert any("mine: done earlier" in l for l in lines) and not any("split done earlier" in l for l in lines)
+
+
+def test_corpus_options_are_typed_and_the_library_never_imports_the_cli(tmp_path):
+    import subprocess
+    import sys
+
+    config = tmp_path / "c.yaml"
+    config.write_text("sources:\n  - name: r\n    files: [x.rsmi]\n    args: ['--retro']\n"
+                      "    options: {drop_agents: true}\n")
+    code = ("import sys; from logos.corpus import load_config, _tokenize_options; "
+            f"c = load_config({str(config)!r}); o, d = _tokenize_options(c.sources[0]); "
+            "print(o['reaction'].retro, o['reaction'].drop_agents, 'logos.cli' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.split() == ["True", "True", "False"]
+    config.write_text("sources:\n  - name: r\n    files: [x.rsmi]\n    options: {retor: true}\n")
+    with pytest.raises(ValueError, match="unknown encoder option.*retor"):
+        load_config(config)

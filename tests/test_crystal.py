@@ -11,10 +11,13 @@ import pytest
 
 from logos.cli import main
 from logos.data import DATASETS
-from logos.domains import crystal, detect, mof
+from logos.domains import DOMAINS, crystal, detect, mof
+from logos.domains.crystal import CrystalOptions
 from logos.grammar import validate
 from logos.materials_validity import check_crystal, compositional_validity, summarize
 from logos.records import InputError, WorkItem
+
+CRYSTAL = DOMAINS["crystal"]
 from logos.wyckoff import MULTIPLICITY, multiplicity
 
 pymatgen = pytest.importorskip("pymatgen")
@@ -125,7 +128,7 @@ def test_pymatgen_json_and_poscar(tmp_path, capsys):
 
 def test_partial_occupancy_is_written_not_dropped(tmp_path):
     cif = (ASSETS / "NaCl.cif").read_text().replace("Na1 Na 0.0 0.0 0.0 1.0", "Na1 Na 0.0 0.0 0.0 0.5\nK1 K 0.0 0.0 0.0 0.5")
-    text = crystal.encode(WorkItem("x", cif), {})[0]["text"]
+    text = CRYSTAL.encode(WorkItem("x", cif), CrystalOptions())[0]["text"]
     validate(text)
     assert "Na<wa> 0.0000 0.0000 0.0000<Occ>0.500" in text and "K<wa> 0.0000 0.0000 0.0000<Occ>0.500" in text
     out = pmg(crystal.crystal_to_cif(crystal.decode_text(text), "x"), text=True)
@@ -143,14 +146,14 @@ def test_symprec_option_recorded(tmp_path, capsys):
 
 # ---------------------------------------------------------------- detection and broken input
 def test_cif_told_apart_by_content():
-    assert detect(ASSETS / "NaCl.cif") is crystal
-    assert detect(ASSETS / "mp_dielectric_3.json") is crystal
-    assert not crystal.claims(ASSETS / "protein_like.cif")  # mmCIF: the protein domain's
+    assert detect(ASSETS / "NaCl.cif") is CRYSTAL
+    assert detect(ASSETS / "mp_dielectric_3.json") is CRYSTAL
+    assert not CRYSTAL.claims(ASSETS / "protein_like.cif")  # mmCIF: the protein domain's
     try:
-        assert detect(ASSETS / "protein_like.cif") is not crystal
+        assert detect(ASSETS / "protein_like.cif") is not CRYSTAL
     except InputError:
         pass  # no structure domain registered in this checkout
-    assert not mof.claims(ASSETS / "NaCl.cif")
+    assert not DOMAINS["mof"].claims(ASSETS / "NaCl.cif")
 
 
 def test_broken_cifs_one_clear_error_each_and_good_records_kept(tmp_path, capsys):
@@ -244,8 +247,8 @@ def test_canonical_text_does_not_depend_on_the_cell():
 
 def test_supercell_orbit_is_not_split():
     """mp-dielectric-508 (Mg3NSb, Pm-3m) is stored as a 20-atom supercell: Mg is one 3c orbit."""
-    item = next(iter(crystal.read(ASSETS / "mp_dielectric_508_supercell.json", {})))
-    text = crystal.encode(item, {})[0]["text"]
+    item = next(iter(crystal.read_crystal_file(ASSETS / "mp_dielectric_508_supercell.json")))
+    text = CRYSTAL.encode(item, CrystalOptions())[0]["text"]
     assert text.count("Mg<wc>") == 1 and text.startswith("<CrystalS><sg221>")
     assert StructureMatcher().fit(Structure.from_dict(item.payload),
                                   pmg(crystal.crystal_to_cif(crystal.decode_text(text), "x"), text=True))
@@ -254,7 +257,7 @@ def test_supercell_orbit_is_not_split():
 def test_overfull_site_is_an_error_rounding_is_scaled():
     cif = (ASSETS / "NaCl.cif").read_text()
     scaled = cif.replace("Na1 Na 0.0 0.0 0.0 1.0", "Na1 Na 0.0 0.0 0.0 0.52\nK1 K 0.0 0.0 0.0 0.50")
-    assert "Na<wa> 0.0000 0.0000 0.0000<Occ>0.510" in crystal.encode(WorkItem("x", scaled), {})[0]["text"]
+    assert "Na<wa> 0.0000 0.0000 0.0000<Occ>0.510" in CRYSTAL.encode(WorkItem("x", scaled), CrystalOptions())[0]["text"]
     overfull = cif.replace("Na1 Na 0.0 0.0 0.0 1.0", "Na1 Na 0.0 0.0 0.0 0.7\nK1 K 0.0 0.0 0.0 0.6")
     with pytest.raises(crystal.RecordError, match="occupancies sum to 1.300"):
-        crystal.encode(WorkItem("x", overfull), {})
+        CRYSTAL.encode(WorkItem("x", overfull), CrystalOptions())

@@ -65,7 +65,7 @@ def test_matching_fallback_agrees_with_xyz2mol(monkeypatch):
 def test_not_a_mof():
     nacl = (Path(__file__).parent / "assets" / "crystal" / "NaCl.cif").read_text()
     with pytest.raises(RecordError, match="no organic linker"):
-        mof.encode(WorkItem("x", nacl), {})
+        mof.MofDomain().encode(WorkItem("x", nacl), mof.MofOptions())
 
 
 def test_cli_tokenize_and_detokenize(tmp_path, capsys):

@@ -136,6 +136,6 @@ def test_kekule_form(tmp_path, run_cli):
 
 def test_golden_text():
     mol = molecule.parse_smiles("OC(=O)[C@@H](N)C")
-    assert molecule.encode_mol(mol, {}) == ["<MoleculeS>C[C@H](N)C(=O)O<MoleculeE>"]
+    assert molecule.encode_mol(mol, molecule.MoleculeOptions()) == ["<MoleculeS>C[C@H](N)C(=O)O<MoleculeE>"]
     salt = molecule.parse_smiles("[Na+].[O-]C(=O)c1ccccc1")
-    assert molecule.encode_mol(salt, {}) == ["<MoleculeS>O=C([O-])c1ccccc1.[Na+]<MoleculeE>"]
+    assert molecule.encode_mol(salt, molecule.MoleculeOptions()) == ["<MoleculeS>O=C([O-])c1ccccc1.[Na+]<MoleculeE>"]

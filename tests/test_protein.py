@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import csv
 import gzip
 import json
@@ -17,7 +16,8 @@ from rdkit import Chem
 from logos import structure
 from logos.cli import build_parser
 from logos.decode import detokenize_file
-from logos.domains import DOMAINS, detect, pocket, protein
+from logos.domains import DOMAINS, detect, encoder_options, pocket, protein
+from logos.domains.base import WriterOptions
 from logos.encode import tokenize_files
 from logos.grammar import validate
 
@@ -27,7 +27,7 @@ POCKET, CONTACT = 5.0, 4.0
 
 def _options(*argv: str) -> dict:
     args = build_parser().parse_args(["tokenize", "x", "-o", "y", *argv])
-    return {name: m.options(args) for name, m in DOMAINS.items()}
+    return encoder_options(vars(args), strict=False)
 
 
 def _tokenize(tmp_path: Path, paths, *argv: str, domain=None, name="out.jsonl"):
@@ -46,8 +46,7 @@ def _detokenize(tmp_path: Path, records: list[dict], suffix: str, *argv: str):
     inp.write_text("".join(json.dumps(r) + "\n" for r in records))
     out = tmp_path / f"out{suffix}"
     lines: list[str] = []
-    args = argparse.Namespace(three_d="--3d" in argv, seed=0)
-    result = detokenize_file(inp, out, args, progress=False, echo=lines.append)
+    result = detokenize_file(inp, out, WriterOptions(three_d="--3d" in argv), progress=False, echo=lines.append)
     assert not lines, lines
     return out, result
 
@@ -277,12 +276,12 @@ def test_hetero_ligand_without_ccd_names_is_reported(tmp_path):
 
 
 def test_detection_and_small_molecule_cif(tmp_path):
-    assert detect(ASSETS / "7ztl_protein.cif.gz") is pocket
-    assert detect(ASSETS / "1s3v_protein.pdb") is pocket
-    assert detect(ASSETS / "LuxC.faa") is protein
+    assert detect(ASSETS / "7ztl_protein.cif.gz") is DOMAINS["pocket"]
+    assert detect(ASSETS / "1s3v_protein.pdb") is DOMAINS["pocket"]
+    assert detect(ASSETS / "LuxC.faa") is DOMAINS["protein"]
     small = tmp_path / "nacl.cif"
     small.write_text("data_NaCl\n_cell_length_a 5.64\nloop_\n_atom_site_label\n_atom_site_fract_x\nNa1 0.0\n")
-    assert not pocket.claims(small)
+    assert not DOMAINS["pocket"].claims(small)
 
 
 def test_antibody_csv(tmp_path):
@@ -347,7 +346,7 @@ def test_generated_text_errors_are_one_line(tmp_path):
     inp = tmp_path / "gen.jsonl"
     inp.write_text("".join(json.dumps(r) + "\n" for r in records))
     lines: list[str] = []
-    result = detokenize_file(inp, tmp_path / "gen.pocket.csv", argparse.Namespace(), progress=False, echo=lines.append)
+    result = detokenize_file(inp, tmp_path / "gen.pocket.csv", progress=False, echo=lines.append)
     assert result.errors == 3 and result.objects == 1
     assert "before the chain's first residue" in lines[0] and "past the chain end" in lines[1]
     assert "<a40> but the ligand has 3 heavy atoms" in lines[2]

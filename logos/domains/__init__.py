@@ -1,42 +1,45 @@
 """Domain registry: which encoder reads a file, which detokenizer writes an output suffix.
 
-Every domain module provides the same small interface, so the CLI and the parallel pipeline know
-nothing domain-specific:
-
-- ``NAME``: the domain name used in records and ``--domain``;
-- ``add_arguments(parser)`` / ``options(args) -> dict``: its CLI flags, as a picklable dict;
-- ``claims(path) -> bool``: whether a file of this name belongs to the domain;
-- ``read(path, opts)`` yields :class:`~logos.records.WorkItem`; ``count(path)`` estimates records;
-- ``encode(item, opts) -> list[dict]`` turns one item into records (RecordError on bad input); an
-  item that yields several records may report one bad part without losing the others by putting
-  ``{"error": reason, "source": where}`` in the list instead of a record;
-- ``WRITERS``: detokenizer classes with ``suffixes``, ``write(record)`` and ``close()``.
+Every domain is a :class:`~logos.domains.base.Domain` (see :mod:`logos.domains.base` for the
+interface), so the CLI, the tokenize pipeline and the corpus builder know nothing domain-specific.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from types import ModuleType
+from typing import Any, Mapping
 
 from logos.domains import crystal, mof, molecule, pocket, protein, reaction
+from logos.domains.base import Domain, DomainOptions, Writer, options_from_values
 from logos.records import InputError, open_text
 
-__all__ = ["DOMAINS", "detect", "writer_for", "writer_suffixes"]
+__all__ = ["DOMAINS", "Domain", "detect", "writer_for", "writer_suffixes", "default_options", "encoder_options"]
 
-# Order matters for detection: the first module that claims a file wins.
+# Order matters for detection: the first domain that claims a file wins.
 # Structures (PDB, mmCIF with an ``_atom_site.`` table) go to ``pocket``, FASTA to ``protein``.
 # Small-molecule crystal ``.cif`` files (fractional sites + cell) go to ``crystal``; MOFs are chosen
 # with --domain mof.
-DOMAINS: dict[str, ModuleType] = {m.NAME: m for m in (reaction, molecule, protein, pocket, crystal, mof)}
+DOMAINS: dict[str, Domain] = {d.name: d for d in (reaction.ReactionDomain(), molecule.MoleculeDomain(),
+                                                  protein.ProteinDomain(), pocket.PocketDomain(),
+                                                  crystal.CrystalDomain(), mof.MofDomain())}
 
 
-def detect(path: Path) -> ModuleType:
+def encoder_options(values: Mapping[str, Any] | None = None, strict: bool = True) -> dict[str, DomainOptions]:
+    """Every domain's typed options from flat values keyed by option name (``strict``: unknown names are errors)."""
+    return options_from_values(DOMAINS.values(), dict(values or {}), strict=strict)
+
+
+def default_options() -> dict[str, DomainOptions]:
+    return encoder_options({})
+
+
+def detect(path: Path) -> Domain:
     """The domain of an input file, from its name and, for SMILES-like text, its first lines."""
-    for module in DOMAINS.values():
-        if module.claims(path):
-            if module is molecule and _holds_reactions(path):
-                return reaction
-            return module
+    for domain in DOMAINS.values():
+        if domain.claims(path):
+            if domain.name == molecule.NAME and _holds_reactions(path):
+                return DOMAINS[reaction.NAME]
+            return domain
     raise InputError(f"cannot tell the domain of {path.name!r} from its name; pass --domain")
 
 
@@ -61,11 +64,11 @@ def _holds_reactions(path: Path) -> bool:
     return any(reaction.looks_like_reaction(v) for v in values)
 
 
-def writer_suffixes() -> dict[str, type]:
-    return {suffix: writer for m in DOMAINS.values() for writer in m.WRITERS for suffix in writer.suffixes}
+def writer_suffixes() -> dict[str, type[Writer]]:
+    return {suffix: writer for d in DOMAINS.values() for writer in d.writers for suffix in writer.suffixes}
 
 
-def writer_for(path: Path) -> type:
+def writer_for(path: Path) -> type[Writer]:
     name = path.name.lower()
     for suffix, writer in sorted(writer_suffixes().items(), key=lambda kv: -len(kv[0])):
         if name.endswith(suffix):

@@ -40,7 +40,6 @@ one CIF per record into the folder ``out/``; ``--cif-multi-block`` writes one mu
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import json
@@ -60,6 +59,7 @@ import numpy as np
 os.environ.setdefault("SPGLIB_WARNING", "OFF")
 import spglib  # noqa: E402
 
+from logos.domains.base import Domain, DomainOptions, TextWriter, Writer, option
 from logos.grammar import split_symbols
 from logos.records import InputError, RecordError, WorkItem, open_text
 from logos.wyckoff import LETTERS
@@ -77,7 +77,7 @@ LENGTH_DIGITS, ANGLE_DIGITS, DEFAULT_FRAC_DIGITS, OCC_DIGITS = 3, 2, 4, 3
 SNAP_TOLERANCE = 0.1  # Angstrom: an image this close to its site counts as the same point
 MERGE_TOLERANCE = 0.01  # Angstrom: atoms closer than this share one position (disorder)
 
-__all__ = ["Crystal", "Site", "read_cif_block", "encode_crystal", "parse_crystal_text", "expand",
+__all__ = ["CrystalDomain", "CrystalOptions", "Crystal", "Site", "read_cif_block", "encode_crystal", "parse_crystal_text", "expand",
            "crystal_to_cif", "CifWriter"]
 
 
@@ -146,19 +146,6 @@ def _head(path: Path, size: int = 1 << 16) -> str:
         return ""
 
 
-def claims(path: Path) -> bool:
-    name = path.name.lower().removesuffix(".gz")
-    if name.endswith(CIF_SUFFIXES):
-        head = _head(path)
-        # binary or unreadable .cif files are claimed too, so the error names the real problem
-        return not head or cif_kind(head) == "crystal"
-    if path.name in POSCAR_NAMES or name.endswith(POSCAR_SUFFIXES):
-        return True
-    if name.endswith(JSON_SUFFIXES):
-        return '"@class": "Structure"' in _head(path, 4096) or '"lattice"' in _head(path, 4096)
-    return False
-
-
 def cif_blocks(path: Path) -> Iterator[tuple[str, str]]:
     """(block name, block text) for every ``data_`` block of a CIF, split by text (not parsed)."""
     with open_text(path) as fh:
@@ -174,7 +161,8 @@ def cif_blocks(path: Path) -> Iterator[tuple[str, str]]:
             yield name or "", "".join(lines)
 
 
-def read(path: Path, opts: dict) -> Iterator[WorkItem]:
+def read_crystal_file(path: Path) -> Iterator[WorkItem]:
+    """Work items of a crystal file: one per CIF ``data_`` block, per pymatgen structure, or the POSCAR."""
     name = path.name.lower().removesuffix(".gz")
     if name.endswith(CIF_SUFFIXES):
         n = 0
@@ -190,9 +178,8 @@ def read(path: Path, opts: dict) -> Iterator[WorkItem]:
             yield WorkItem(str(path), fh.read(), id=path.stem, extra={"format": "poscar"})
 
 
-def count(path: Path) -> int:
-    name = path.name.lower().removesuffix(".gz")
-    if name.endswith(CIF_SUFFIXES):
+def count_crystals(path: Path) -> int:
+    if path.name.lower().removesuffix(".gz").endswith(CIF_SUFFIXES):
         with open_text(path) as fh:
             return max(1, sum(1 for line in fh if _DATA_LINE.match(line)))
     return 1
@@ -458,20 +445,19 @@ def encode_crystal(crystal: Crystal, symprec: float = DEFAULT_SYMPREC, frac_digi
 
 
 # ---------------------------------------------------------------- encoder interface
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("crystals (CIF, pymatgen JSON, POSCAR)")
-    g.add_argument("--symprec", type=float, default=DEFAULT_SYMPREC,
-                   help=f"spglib symmetry tolerance in Angstrom (default {DEFAULT_SYMPREC})")
-    g.add_argument("--angle-tolerance", type=float, default=DEFAULT_ANGLE_TOLERANCE,
-                   help=f"spglib angle tolerance in degrees (default {DEFAULT_ANGLE_TOLERANCE})")
-    g.add_argument("--frac-digits", type=int, default=DEFAULT_FRAC_DIGITS,
-                   help=f"decimals of fractional coordinates (default {DEFAULT_FRAC_DIGITS})")
+@dataclass(frozen=True)
+class CrystalOptions(DomainOptions):
+    """Options of the crystal encoder (recorded in every record's ``meta`` too)."""
 
+    symprec: float = option(DEFAULT_SYMPREC, f"spglib symmetry tolerance in Angstrom (default {DEFAULT_SYMPREC})")
+    angle_tolerance: float = option(DEFAULT_ANGLE_TOLERANCE,
+                                    f"spglib angle tolerance in degrees (default {DEFAULT_ANGLE_TOLERANCE})")
+    frac_digits: int = option(DEFAULT_FRAC_DIGITS,
+                              f"decimals of fractional coordinates (default {DEFAULT_FRAC_DIGITS})")
 
-def options(args: argparse.Namespace) -> dict:
-    return {"symprec": getattr(args, "symprec", DEFAULT_SYMPREC),
-            "angle_tolerance": getattr(args, "angle_tolerance", DEFAULT_ANGLE_TOLERANCE),
-            "frac_digits": getattr(args, "frac_digits", DEFAULT_FRAC_DIGITS)}
+    def __post_init__(self):
+        if self.symprec <= 0 or not 1 <= self.frac_digits <= 8:
+            raise ValueError("symprec must be positive and frac_digits in 1..8")
 
 
 def load(item: WorkItem) -> Crystal:
@@ -481,19 +467,6 @@ def load(item: WorkItem) -> Crystal:
     if fmt == "pymatgen":
         return crystal_from_pymatgen(item.payload)
     return crystal_from_poscar(item.payload)
-
-
-def encode(item: WorkItem, opts: dict) -> list[dict]:
-    symprec = float(opts.get("symprec", DEFAULT_SYMPREC))
-    digits = int(opts.get("frac_digits", DEFAULT_FRAC_DIGITS))
-    angle = float(opts.get("angle_tolerance", DEFAULT_ANGLE_TOLERANCE))
-    text = encode_crystal(load(item), symprec, digits, angle)
-    rec = {"text": text, "domain": NAME, "source": item.source,
-           "meta": {"symprec": symprec, "angle_tolerance": angle, "digits": {"length": LENGTH_DIGITS, "angle": ANGLE_DIGITS,
-                                                   "frac": digits, "occ": OCC_DIGITS}}}
-    if item.id:
-        rec["id"] = item.id
-    return [rec]
 
 
 # ---------------------------------------------------------------- detokenizer
@@ -673,19 +646,18 @@ def decode_text(text: str) -> Crystal:
     return snapped
 
 
-class CifWriter:
+class CifWriter(Writer):
     """``.cif``: one CIF per record in the folder named after the output, or one multi-block file
     with ``--cif-multi-block``."""
 
     suffixes = CIF_SUFFIXES
 
-    def __init__(self, path: Path, args: argparse.Namespace | None = None):
-        self._multi = bool(getattr(args, "cif_multi_block", False))
+    def open(self) -> None:
         self._n = 0
-        if self._multi:
-            self._fh = open(path, "w", encoding="utf-8")
+        if self.options.cif_multi_block:
+            self._fh = open(self.path, "w", encoding="utf-8")
         else:
-            self._dir = path.with_suffix("")
+            self._dir = self.path.with_suffix("")
             self._dir.mkdir(parents=True, exist_ok=True)
 
     def write(self, record: dict) -> int:
@@ -693,15 +665,48 @@ class CifWriter:
         self._n += 1
         name = str(record.get("id") or f"crystal_{self._n}")
         block = crystal_to_cif(crystal, name)
-        if self._multi:
+        if self.options.cif_multi_block:
             self._fh.write(block + "\n")
         else:
             (self._dir / f"{self._n:06d}_{_cif_name(name)}.cif").write_text(block, encoding="utf-8")
         return 1
 
-    def close(self):
-        if self._multi:
+    def release(self) -> None:
+        if self.options.cif_multi_block:
             self._fh.close()
 
 
-WRITERS = (CifWriter,)
+class CrystalDomain(Domain):
+    """Crystal CIFs (fractional sites + cell), pymatgen ``Structure`` JSON and POSCAR files."""
+
+    name = NAME
+    options_type = CrystalOptions
+    writers = (CifWriter,)
+    help_title = "crystals (CIF, pymatgen JSON, POSCAR)"
+
+    def claims(self, path: Path) -> bool:
+        name = path.name.lower().removesuffix(".gz")
+        if name.endswith(CIF_SUFFIXES):
+            head = _head(path)
+            # binary or unreadable .cif files are claimed too, so the error names the real problem
+            return not head or cif_kind(head) == "crystal"
+        if path.name in POSCAR_NAMES or name.endswith(POSCAR_SUFFIXES):
+            return True
+        if name.endswith(JSON_SUFFIXES):
+            return '"@class": "Structure"' in _head(path, 4096) or '"lattice"' in _head(path, 4096)
+        return False
+
+    def read(self, path: Path, opts: CrystalOptions) -> Iterator[WorkItem]:
+        return read_crystal_file(path)
+
+    def count(self, path: Path) -> int:
+        return count_crystals(path)
+
+    def encode(self, item: WorkItem, opts: CrystalOptions) -> list[dict]:
+        text = encode_crystal(load(item), opts.symprec, opts.frac_digits, opts.angle_tolerance)
+        digits = {"length": LENGTH_DIGITS, "angle": ANGLE_DIGITS, "frac": opts.frac_digits, "occ": OCC_DIGITS}
+        rec = {"text": text, "domain": NAME, "source": item.source,
+               "meta": {"symprec": opts.symprec, "angle_tolerance": opts.angle_tolerance, "digits": digits}}
+        if item.id:
+            rec["id"] = item.id
+        return [rec]

@@ -43,8 +43,7 @@ every linker parses as a molecule and the node is one seen in the training data.
 
 from __future__ import annotations
 
-import argparse
-import json
+from dataclasses import dataclass
 from functools import reduce
 from math import gcd
 from pathlib import Path
@@ -58,6 +57,7 @@ from scipy.spatial import cKDTree
 
 from logos.domains import crystal as crystal_domain
 from logos.domains.molecule import OPEN as MOL_OPEN, CLOSE as MOL_CLOSE, canonical_smiles, molecules_in_text, parse_smiles
+from logos.domains.base import Domain, DomainOptions, JsonArrayWriter, option
 from logos.grammar import split_symbols
 from logos.records import RecordError, WorkItem
 
@@ -74,7 +74,7 @@ _VALENCES = {"H": (1,), "B": (3, 4), "C": (4,), "N": (3, 4), "O": (2, 1, 3), "F"
              "S": (6, 3, 2), "Cl": (1,), "Br": (1,), "I": (1,), "Se": (2, 4, 6), "Te": (2, 4, 6), "As": (3, 5)}
 MAX_VALENCE_CHOICES = 65536
 
-__all__ = ["split_framework", "encode_framework", "parse_mof_text", "mof_validity", "known_nodes", "JsonWriter"]
+__all__ = ["MofDomain", "MofOptions", "split_framework", "encode_framework", "parse_mof_text", "mof_validity", "known_nodes", "JsonWriter"]
 
 
 # ---------------------------------------------------------------- graph under periodic boundaries
@@ -336,36 +336,12 @@ def encode_framework(node: str, linkers: list[str]) -> str:
 
 
 # ---------------------------------------------------------------- encoder interface
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("metal-organic frameworks (--domain mof)")
-    g.add_argument("--bond-tolerance", type=float, default=DEFAULT_BOND_TOLERANCE,
-                   help=f"bond when distance <= sum of covalent radii + this, Angstrom (default {DEFAULT_BOND_TOLERANCE})")
+@dataclass(frozen=True)
+class MofOptions(DomainOptions):
+    """Options of the MOF encoder."""
 
-
-def options(args: argparse.Namespace) -> dict:
-    return {"bond_tolerance": getattr(args, "bond_tolerance", DEFAULT_BOND_TOLERANCE)}
-
-
-def claims(path: Path) -> bool:
-    return False  # a MOF CIF is also a crystal CIF: chosen with --domain mof
-
-
-def read(path: Path, opts: dict) -> Iterator[WorkItem]:
-    return crystal_domain.read(path, opts)
-
-
-def count(path: Path) -> int:
-    return crystal_domain.count(path)
-
-
-def encode(item: WorkItem, opts: dict) -> list[dict]:
-    tolerance = float(opts.get("bond_tolerance", DEFAULT_BOND_TOLERANCE))
-    node, linkers = split_framework(crystal_domain.load(item), tolerance)
-    rec = {"text": encode_framework(node, linkers), "domain": NAME, "source": item.source,
-           "meta": {"bond_tolerance": tolerance}}
-    if item.id:
-        rec["id"] = item.id
-    return [rec]
+    bond_tolerance: float = option(DEFAULT_BOND_TOLERANCE, "bond when distance <= sum of covalent radii + this, "
+                                   f"Angstrom (default {DEFAULT_BOND_TOLERANCE})", metavar="A")
 
 
 # ---------------------------------------------------------------- detokenizer and validity
@@ -413,28 +389,39 @@ def known_nodes(paths: Iterable[Path]) -> set[str]:
     return nodes
 
 
-class JsonWriter:
+class JsonWriter(JsonArrayWriter):
     """``.json``: a list of ``{"id", "node", "linkers"}`` objects, one per MOF record."""
 
     suffixes = (".json",)
 
-    def __init__(self, path: Path, args: argparse.Namespace | None = None):
-        self._fh = open(path, "w", encoding="utf-8")
-        self._fh.write("[")
-        self._n = 0
-
-    def write(self, record: dict) -> int:
+    def item(self, record: dict) -> tuple[dict, int]:
         node, linkers = parse_mof_text(record["text"])
         for s in linkers:
             parse_smiles(s)
-        obj = {"id": record.get("id") or record.get("source", ""), "node": node, "linkers": linkers}
-        self._fh.write(("," if self._n else "") + "\n" + json.dumps(obj))
-        self._n += 1
-        return 1
-
-    def close(self):
-        self._fh.write("\n]\n")
-        self._fh.close()
+        return {"id": self.ident(record), "node": node, "linkers": linkers}, 1
 
 
-WRITERS = (JsonWriter,)
+class MofDomain(Domain):
+    """MOF CIFs, chosen with ``--domain mof`` (a MOF CIF is also a crystal CIF, so it is never detected)."""
+
+    name = NAME
+    options_type = MofOptions
+    writers = (JsonWriter,)
+    help_title = "metal-organic frameworks (--domain mof)"
+
+    def claims(self, path: Path) -> bool:
+        return False
+
+    def read(self, path: Path, opts: MofOptions) -> Iterator[WorkItem]:
+        return crystal_domain.read_crystal_file(path)
+
+    def count(self, path: Path) -> int:
+        return crystal_domain.count_crystals(path)
+
+    def encode(self, item: WorkItem, opts: MofOptions) -> list[dict]:
+        node, linkers = split_framework(crystal_domain.load(item), opts.bond_tolerance)
+        rec = {"text": encode_framework(node, linkers), "domain": NAME, "source": item.source,
+               "meta": {"bond_tolerance": opts.bond_tolerance}}
+        if item.id:
+            rec["id"] = item.id
+        return [rec]

@@ -11,9 +11,9 @@ id) or ``.sdf`` (2D depiction, or a 3D conformer with ``--3d``: ETKDGv3 + MMFF, 
 
 from __future__ import annotations
 
-import argparse
 import logging
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -21,6 +21,7 @@ from rdkit import Chem, rdBase
 from rdkit.Chem import AllChem, rdDepictor
 
 from logos.domains import textfiles
+from logos.domains.base import Domain, DomainOptions, TextWriter, Writer, option
 from logos.grammar import split_symbols
 from logos.records import RecordError, WorkItem, open_text
 
@@ -30,7 +31,8 @@ LINE_SUFFIXES = (".smi", ".smiles", ".txt", ".csv", ".tsv")
 SDF_SUFFIXES = (".sdf", ".mol", ".sd")
 SMILES_COLUMNS = ("smiles", "canonical_smiles", "isomeric_smiles", "smi", "mol", "molecule")
 
-__all__ = ["parse_smiles", "canonical_smiles", "encode_mol", "molecules_in_text", "span"]
+__all__ = ["MoleculeDomain", "MoleculeOptions", "parse_smiles", "canonical_smiles", "encode_mol", "molecules_in_text",
+           "span"]
 
 
 # ---------------------------------------------------------------- RDKit error capture
@@ -97,41 +99,25 @@ def span(smiles: str) -> str:
 
 
 # ---------------------------------------------------------------- encoder
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("molecules and reactions (SMILES, CSV, SDF)")
-    g.add_argument("--column", help="CSV/TSV column holding SMILES or reaction SMILES (default: detected)")
-    g.add_argument("--id-column", help="CSV/TSV column holding the record id (default: id/name/... if present)")
-    g.add_argument("--augment", type=int, default=0, metavar="N",
-                   help="also write N randomized SMILES per molecule (seeded by the record's source)")
-    g.add_argument("--kekule", action="store_true", help="write kekulized SMILES instead of aromatic")
+@dataclass(frozen=True)
+class SmilesTableOptions(DomainOptions):
+    """Options shared by the SMILES-based encoders (molecules and reactions)."""
+
+    column: str | None = option(None, "CSV/TSV column holding SMILES or reaction SMILES (default: detected)")
+    id_column: str | None = option(None, "CSV/TSV column holding the record id (default: id/name/... if present)")
+    kekule: bool = option(False, "write kekulized SMILES instead of aromatic")
 
 
-def options(args: argparse.Namespace) -> dict:
-    return {"augment": args.augment, "kekule": args.kekule, "column": args.column, "id_column": args.id_column}
+@dataclass(frozen=True)
+class MoleculeOptions(SmilesTableOptions):
+    """Options of the molecule encoder."""
 
+    augment: int = option(0, "also write N randomized SMILES per molecule (seeded by the record's source)",
+                          metavar="N")
 
-def claims(path: Path) -> bool:
-    name = path.name.lower().removesuffix(".gz")
-    return name.endswith(LINE_SUFFIXES + SDF_SUFFIXES)
-
-
-def read(path: Path, opts: dict) -> Iterator[WorkItem]:
-    name = path.name.lower().removesuffix(".gz")
-    if name.endswith(SDF_SUFFIXES):
-        yield from _read_sdf(path)
-    elif textfiles.is_table(path):
-        yield from textfiles.iter_table(path, opts.get("column"), SMILES_COLUMNS, _looks_like_smiles,
-                                        id_column=opts.get("id_column"))
-    else:
-        yield from textfiles.iter_lines(path, header_names=SMILES_COLUMNS)
-
-
-def count(path: Path) -> int:
-    name = path.name.lower().removesuffix(".gz")
-    if name.endswith(SDF_SUFFIXES):
-        with open_text(path) as fh:
-            return max(1, sum(1 for line in fh if line.startswith("$$$$")))
-    return textfiles.count_records(path)
+    def __post_init__(self):
+        if self.augment < 0:
+            raise ValueError("augment must be >= 0")
 
 
 def _looks_like_smiles(value: str) -> bool:
@@ -166,11 +152,11 @@ def _sdf_item(path: Path, index: int, lines: list[str]) -> WorkItem:
     return WorkItem(source, "".join(lines), id=title, extra={"sdf": True})
 
 
-def encode_mol(mol: Chem.Mol, opts: dict, seed_key: str = "") -> list[str]:
+def encode_mol(mol: Chem.Mol, opts: MoleculeOptions, seed_key: str = "") -> list[str]:
     """The grammar texts of one molecule: canonical first, then ``augment`` randomized variants."""
-    kekule = bool(opts.get("kekule"))
+    kekule = opts.kekule
     texts = [span(canonical_smiles(mol, kekule))]
-    n = int(opts.get("augment") or 0)
+    n = opts.augment
     if n > 0:
         base = Chem.Mol(mol)
         if kekule:
@@ -189,20 +175,6 @@ def encode_mol(mol: Chem.Mol, opts: dict, seed_key: str = "") -> list[str]:
     return texts
 
 
-def encode(item: WorkItem, opts: dict) -> list[dict]:
-    mol = parse_molblock(item.payload) if item.extra.get("sdf") else parse_smiles(item.payload)
-    texts = encode_mol(mol, opts, item.source)
-    records = []
-    for k, text in enumerate(texts):
-        rec = {"text": text, "domain": NAME, "source": item.source}
-        if item.id:
-            rec["id"] = item.id
-        if k:
-            rec["meta"] = {"variant": k}
-        records.append(rec)
-    return records
-
-
 # ---------------------------------------------------------------- detokenizer
 def molecules_in_text(text: str) -> list[str]:
     """The SMILES of every molecule span of a grammar text, in order."""
@@ -216,41 +188,33 @@ def molecules_in_text(text: str) -> list[str]:
     return out
 
 
-class SmilesWriter:
+class SmilesWriter(TextWriter):
     """``.smi``: one line per molecule span, ``canonical_SMILES<TAB>id``."""
 
     suffixes = (".smi",)
 
-    def __init__(self, path: Path, args: argparse.Namespace | None = None):
-        self._fh = open(path, "w", encoding="utf-8")
-
     def write(self, record: dict) -> int:
         mols = record_molecules(record)
-        ident = record.get("id") or record.get("source", "")
+        ident = self.ident(record)
         for i, mol in enumerate(mols):
             name = ident if len(mols) == 1 else f"{ident}#{i + 1}"
-            self._fh.write(f"{Chem.MolToSmiles(mol)}\t{name}\n")
+            self.fh.write(f"{Chem.MolToSmiles(mol)}\t{name}\n")
         return len(mols)
 
-    def close(self):
-        self._fh.close()
 
-
-class SdfWriter:
+class SdfWriter(Writer):
     """``.sdf``: one entry per molecule span with 2D coordinates, or a 3D conformer (``--3d``)."""
 
     suffixes = (".sdf",)
 
-    def __init__(self, path: Path, args: argparse.Namespace | None = None):
-        self._writer = Chem.SDWriter(str(path))
-        self._3d = bool(getattr(args, "three_d", False))
-        self._seed = int(getattr(args, "seed", 0) or 0)
+    def open(self) -> None:
+        self._writer = Chem.SDWriter(str(self.path))
 
     def write(self, record: dict) -> int:
         mols = record_molecules(record)
-        ident = record.get("id") or record.get("source", "")
+        ident = self.ident(record)
         for i, mol in enumerate(mols):
-            mol = embed_3d(mol, self._seed) if self._3d else _with_2d(mol)
+            mol = embed_3d(mol, self.options.seed) if self.options.three_d else _with_2d(mol)
             mol.SetProp("_Name", ident if len(mols) == 1 else f"{ident}#{i + 1}")
             mol.SetProp("smiles", Chem.MolToSmiles(Chem.RemoveHs(mol)))
             if record.get("source"):
@@ -258,7 +222,7 @@ class SdfWriter:
             self._writer.write(mol)
         return len(mols)
 
-    def close(self):
+    def release(self) -> None:
         self._writer.close()
 
 
@@ -292,4 +256,41 @@ def record_molecules(record: dict) -> list[Chem.Mol]:
     return [parse_smiles(s) for s in smiles]
 
 
-WRITERS = (SmilesWriter, SdfWriter)
+class MoleculeDomain(Domain):
+    """SMILES, CSV/TSV and SDF files of single molecules."""
+
+    name = NAME
+    options_type = MoleculeOptions
+    writers = (SmilesWriter, SdfWriter)
+    help_title = "molecules"
+
+    def claims(self, path: Path) -> bool:
+        return path.name.lower().removesuffix(".gz").endswith(LINE_SUFFIXES + SDF_SUFFIXES)
+
+    def read(self, path: Path, opts: MoleculeOptions) -> Iterator[WorkItem]:
+        name = path.name.lower().removesuffix(".gz")
+        if name.endswith(SDF_SUFFIXES):
+            yield from _read_sdf(path)
+        elif textfiles.is_table(path):
+            yield from textfiles.iter_table(path, opts.column, SMILES_COLUMNS, _looks_like_smiles,
+                                            id_column=opts.id_column)
+        else:
+            yield from textfiles.iter_lines(path, header_names=SMILES_COLUMNS)
+
+    def count(self, path: Path) -> int:
+        if path.name.lower().removesuffix(".gz").endswith(SDF_SUFFIXES):
+            with open_text(path) as fh:
+                return max(1, sum(1 for line in fh if line.startswith("$$$$")))
+        return textfiles.count_records(path)
+
+    def encode(self, item: WorkItem, opts: MoleculeOptions) -> list[dict]:
+        mol = parse_molblock(item.payload) if item.extra.get("sdf") else parse_smiles(item.payload)
+        records = []
+        for k, text in enumerate(encode_mol(mol, opts, item.source)):
+            rec = {"text": text, "domain": NAME, "source": item.source}
+            if item.id:
+                rec["id"] = item.id
+            if k:
+                rec["meta"] = {"variant": k}
+            records.append(rec)
+        return records

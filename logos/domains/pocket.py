@@ -38,9 +38,7 @@ SDF writer (2D, or 3D with ``--3d``), which reads every molecule span of a recor
 
 from __future__ import annotations
 
-import argparse
-import csv
-import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -48,6 +46,7 @@ from rdkit import Chem
 
 from logos import structure
 from logos.domains import protein
+from logos.domains.base import CsvWriter, Domain, JsonArrayWriter, option
 from logos.domains.molecule import OPEN as MOL_OPEN, CLOSE as MOL_CLOSE, molecules_in_text, parse_molblock
 from logos.records import InputError, RecordError, WorkItem, open_text
 
@@ -55,54 +54,30 @@ NAME = "pocket"
 FORMS = ("complex", "ligand-first", "search", "trans")
 MAX_LIGAND_ATOMS = 256
 
-__all__ = ["encode_structure", "ligand_span"]
+__all__ = ["PocketDomain", "PocketOptions", "encode_structure", "ligand_span", "pocket_rows"]
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("binding pockets and protein-ligand complexes (PDB, mmCIF + ligand)")
-    g.add_argument("--ligand", metavar="LIG.sdf", help="ligand pose(s), SDF or MOL2, posed against every structure; "
-                   "'auto': X_ligand.sdf next to each X_protein.pdb (default: the structure's own hetero groups)")
-    g.add_argument("--pocket-cutoff", type=float, default=5.0, metavar="A",
-                   help="residue in the pocket: any heavy atom within this distance of the ligand (default 5.0)")
-    g.add_argument("--contact-cutoff", type=float, default=4.0, metavar="A",
-                   help="ligand atom <aK> in contact with a pocket residue within this distance (default 4.0)")
-    g.add_argument("--form", choices=FORMS, default="complex", help="record form for structures with a ligand")
+@dataclass(frozen=True)
+class PocketOptions(protein.ProteinOptions):
+    """Options of the complex encoder: the protein options plus the ligand, cut-offs and record form."""
 
+    ligand: str | None = option(None, "ligand pose(s), SDF or MOL2, posed against every structure; 'auto': "
+                                      "X_ligand.sdf next to each X_protein.pdb (default: the structure's own "
+                                      "hetero groups)", metavar="LIG.sdf")
+    pocket_cutoff: float = option(5.0, "residue in the pocket: any heavy atom within this distance of the ligand "
+                                       "(default 5.0)", metavar="A")
+    contact_cutoff: float = option(4.0, "ligand atom <aK> in contact with a pocket residue within this distance "
+                                        "(default 4.0)", metavar="A")
+    form: str = option("complex", "record form for structures with a ligand", choices=FORMS)
 
-def options(args: argparse.Namespace) -> dict:
-    opts = protein.options(args)
-    opts.update({"ligand": getattr(args, "ligand", None),
-                 "pocket_cutoff": float(getattr(args, "pocket_cutoff", 5.0)),
-                 "contact_cutoff": float(getattr(args, "contact_cutoff", 4.0)),
-                 "form": getattr(args, "form", "complex")})
-    return opts
-
-
-def claims(path: Path) -> bool:
-    name = path.name.lower().removesuffix(".gz")
-    if name.endswith((".cif", ".mmcif")):
-        return structure.is_mmcif_text(path)  # small-molecule crystal CIFs belong to another domain
-    return name.endswith((".pdb", ".ent"))
-
-
-def count(path: Path) -> int:
-    return 1
+    def __post_init__(self):
+        if self.form not in FORMS:
+            raise ValueError(f"form must be one of {FORMS}, got {self.form!r}")
+        if self.pocket_cutoff <= 0 or self.contact_cutoff <= 0:
+            raise ValueError("pocket_cutoff and contact_cutoff must be positive")
 
 
 # ---------------------------------------------------------------- reading
-def read(path: Path, opts: dict) -> Iterator[WorkItem]:
-    stem = protein._stem(path)
-    if not opts.get("ligand"):
-        yield WorkItem(str(path), {"structure": str(path)}, id=stem)
-        return
-    lig = Path(opts["ligand"]) if opts["ligand"] != "auto" else _paired_ligand(path, stem)
-    for n, block in enumerate(_ligand_blocks(lig), 1):
-        yield WorkItem(f"{path}:{lig.name}#{n}", {"structure": str(path), "block": block,
-                                                   "mol2": lig.name.lower().removesuffix(".gz").endswith(".mol2"),
-                                                   "label": f"{lig.name}#{n}"},
-                       id=f"{stem}_{lig.stem}_{n}")
-
-
 def _paired_ligand(path: Path, stem: str) -> Path:
     """``--ligand auto``: X_protein.pdb -> X_ligand.sdf (or X.sdf / .mol2) in the same folder."""
     stems = [stem.replace("_protein", "_ligand"), stem] if "_protein" in stem else [stem + "_ligand", stem]
@@ -172,16 +147,16 @@ def ligand_span(lig: structure.Ligand) -> tuple[str, list[int]]:
     return MOL_OPEN + smiles + MOL_CLOSE, rank
 
 
-def encode_structure(st: structure.Structure, lig: structure.Ligand, opts: dict) -> tuple[str, dict]:
-    """Grammar text and meta of one structure-ligand pair in ``opts['form']``."""
+def encode_structure(st: structure.Structure, lig: structure.Ligand, opts: PocketOptions) -> tuple[str, dict]:
+    """Grammar text and meta of one structure-ligand pair in ``opts.form``."""
     span, rank = ligand_span(lig)
-    raw = structure.pocket_contacts(st, lig.coords, opts["pocket_cutoff"], opts["contact_cutoff"])
+    raw = structure.pocket_contacts(st, lig.coords, opts.pocket_cutoff, opts.contact_cutoff)
     if not raw:
-        raise RecordError(f"ligand {lig.label}: no protein heavy atom within {opts['pocket_cutoff']} A "
+        raise RecordError(f"ligand {lig.label}: no protein heavy atom within {opts.pocket_cutoff} A "
                           "(is it posed against this protein?)")
     pockets = {key: sorted(rank[a] for a in atoms) for key, atoms in raw.items()}
     marked = protein.chains_text(st.chains, opts, pockets)
-    form = opts.get("form", "complex")
+    form = opts.form
     if form == "complex":
         text = marked + span
     elif form == "ligand-first":
@@ -195,13 +170,14 @@ def encode_structure(st: structure.Structure, lig: structure.Ligand, opts: dict)
     order = sorted(range(len(rank)), key=rank.__getitem__)
     ligand_meta = dict(lig.meta, label=lig.label, atoms=[lig.atom_names[i] for i in order] if lig.atom_names else [])
     meta = {"structure": st.name, "chains": [protein.chain_meta(c) for c in st.chains], "ligand": ligand_meta,
-            "pocket_cutoff": opts["pocket_cutoff"], "contact_cutoff": opts["contact_cutoff"], "form": form}
+            "pocket_cutoff": opts.pocket_cutoff, "contact_cutoff": opts.contact_cutoff, "form": form}
     return text, meta
 
 
-def encode(item: WorkItem, opts: dict) -> list[dict]:
+def encode_item(item: WorkItem, opts: PocketOptions) -> list[dict]:
+    """Records of one structure: one per ligand (its own hetero groups, or the poses of ``--ligand``)."""
     payload = item.payload
-    st = structure.read_structure(Path(payload["structure"]), seqres=opts.get("seqres", False))
+    st = structure.read_structure(Path(payload["structure"]), seqres=opts.seqres)
     if "block" in payload:
         text, meta = encode_structure(st, _file_ligand(payload), opts)
         return [{"text": text, "domain": NAME, "source": item.source, "id": item.id, "meta": meta}]
@@ -219,9 +195,7 @@ def encode(item: WorkItem, opts: dict) -> list[dict]:
         ident = f"{item.id}_{res.name}_{st.ligand_chains[k]}{res.seqid.num}{res.seqid.icode.strip()}"
         out.append({"text": text, "domain": NAME, "source": source, "id": ident, "meta": meta})
     if not st.ligand_residues:
-        text = protein.chains_text(st.chains, opts)
-        meta = {"structure": st.name, "chains": [protein.chain_meta(c) for c in st.chains]}
-        out.append({"text": text, "domain": protein.NAME, "source": item.source, "id": item.id, "meta": meta})
+        out.append(protein.structure_record(st, opts, item.source, item.id))
     return out
 
 
@@ -252,53 +226,55 @@ def pocket_rows(record: dict) -> list[dict]:
     return rows
 
 
-class PocketCsvWriter:
+class PocketCsvWriter(CsvWriter):
     """``.pocket.csv``: one row per pocket residue (author numbering when the record has ``meta``)."""
 
     suffixes = (".pocket.csv",)
     columns = ("id", "chain", "res_num", "icode", "res_name", "letter", "position", "ligand_atoms",
                "ligand_atom_names", "ligand_smiles")
 
-    def __init__(self, path: Path, args: argparse.Namespace | None = None):
-        self._fh = open(path, "w", encoding="utf-8", newline="")
-        self._csv = csv.writer(self._fh)
-        self._csv.writerow(self.columns)
-
-    def write(self, record: dict) -> int:
-        rows = pocket_rows(record)
-        ident = record.get("id") or record.get("source", "")
+    def rows(self, record: dict) -> list[tuple]:
         smiles = ".".join(molecules_in_text(record["text"])) if MOL_OPEN in record["text"] else ""
-        for r in rows:
-            self._csv.writerow((ident, r["chain"], r["number"], r["icode"], r["name"], r["letter"], r["position"],
-                                " ".join(map(str, r["atoms"])), " ".join(r.get("atom_names", [])), smiles))
-        return len(rows)
-
-    def close(self):
-        self._fh.close()
+        return [(self.ident(record), r["chain"], r["number"], r["icode"], r["name"], r["letter"], r["position"],
+                 " ".join(map(str, r["atoms"])), " ".join(r.get("atom_names", [])), smiles)
+                for r in pocket_rows(record)]
 
 
-class PocketJsonWriter:
+class PocketJsonWriter(JsonArrayWriter):
     """``.pocket.json``: a JSON array, one object per record: id, ligand SMILES, pocket residues."""
 
     suffixes = (".pocket.json",)
 
-    def __init__(self, path: Path, args: argparse.Namespace | None = None):
-        self._fh = open(path, "w", encoding="utf-8")
-        self._fh.write("[")
-        self._first = True
-
-    def write(self, record: dict) -> int:
+    def item(self, record: dict) -> tuple[dict, int]:
         rows = pocket_rows(record)
-        obj = {"id": record.get("id") or record.get("source", ""),
-               "ligand": molecules_in_text(record["text"]) if MOL_OPEN in record["text"] else [],
-               "residues": rows}
-        self._fh.write(("\n" if self._first else ",\n") + json.dumps(obj, ensure_ascii=False))
-        self._first = False
-        return len(rows)
-
-    def close(self):
-        self._fh.write("\n]\n")
-        self._fh.close()
+        ligands = molecules_in_text(record["text"]) if MOL_OPEN in record["text"] else []
+        return {"id": self.ident(record), "ligand": ligands, "residues": rows}, len(rows)
 
 
-WRITERS = (PocketCsvWriter, PocketJsonWriter)
+class PocketDomain(Domain):
+    """PDB/mmCIF structures: complexes with pocket marks and ligand-contact tokens (plain chains without a ligand)."""
+
+    name = NAME
+    options_type = PocketOptions
+    writers = (PocketCsvWriter, PocketJsonWriter)
+    help_title = "binding pockets and protein-ligand complexes (PDB, mmCIF + ligand)"
+
+    def claims(self, path: Path) -> bool:
+        name = path.name.lower().removesuffix(".gz")
+        if name.endswith((".cif", ".mmcif")):
+            return structure.is_mmcif_text(path)  # small-molecule crystal CIFs belong to another domain
+        return name.endswith((".pdb", ".ent"))
+
+    def read(self, path: Path, opts: PocketOptions) -> Iterator[WorkItem]:
+        stem = protein._stem(path)
+        if not opts.ligand:
+            yield WorkItem(str(path), {"structure": str(path)}, id=stem)
+            return
+        lig = Path(opts.ligand) if opts.ligand != "auto" else _paired_ligand(path, stem)
+        mol2 = lig.name.lower().removesuffix(".gz").endswith(".mol2")
+        for n, block in enumerate(_ligand_blocks(lig), 1):
+            yield WorkItem(f"{path}:{lig.name}#{n}", {"structure": str(path), "block": block, "mol2": mol2,
+                                                       "label": f"{lig.name}#{n}"}, id=f"{stem}_{lig.stem}_{n}")
+
+    def encode(self, item: WorkItem, opts: PocketOptions) -> list[dict]:
+        return encode_item(item, opts)

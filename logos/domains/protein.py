@@ -31,12 +31,12 @@ with author numbering when ``meta`` is present, else 1-based positions) and ``.3
 
 from __future__ import annotations
 
-import argparse
 import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from logos.domains.base import CsvWriter, Domain, DomainOptions, TextWriter, option
 from logos.grammar import split_symbols
 from logos.records import RecordError, WorkItem, open_text
 
@@ -48,52 +48,33 @@ _THREE = {"A": "ALA", "R": "ARG", "N": "ASN", "D": "ASP", "C": "CYS", "Q": "GLN"
           "H": "HIS", "I": "ILE", "L": "LEU", "K": "LYS", "M": "MET", "F": "PHE", "P": "PRO", "S": "SER",
           "T": "THR", "W": "TRP", "Y": "TYR", "V": "VAL", "U": "SEC", "O": "PYL", "X": "UNK"}
 
-__all__ = ["ParsedChain", "parse_chains", "chains_text", "chain_meta", "residue_table"]
+__all__ = ["ProteinDomain", "ProteinOptions", "ParsedChain", "parse_chains", "chains_text", "chain_meta",
+           "residue_table"]
 
 
 # ---------------------------------------------------------------- options
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("proteins (FASTA, PDB, mmCIF)")
-    g.add_argument("--contacts", action="store_true",
-                   help="structures: write residue-residue contacts <c+K> (Cb-Cb, Ca for Gly; separation >= 6)")
-    g.add_argument("--contact-distance", type=float, default=8.0, metavar="A",
-                   help="residue-residue contact distance for --contacts (default 8.0)")
-    g.add_argument("--structure-tokens", choices=["3di"], help="structures: add a parallel 3Di span per chain")
-    g.add_argument("--antibody", action="store_true", help="write every chain as an <AntibodyS> span")
-    g.add_argument("--seqres", action="store_true",
-                   help="structures: write each chain's full SEQRES sequence (unmodelled residues included, "
-                        "author number null in meta) instead of the modelled residues only")
+@dataclass(frozen=True)
+class ProteinOptions(DomainOptions):
+    """Options of the protein encoder (the pocket encoder extends them)."""
 
-
-def options(args: argparse.Namespace) -> dict:
-    return {"contacts": bool(getattr(args, "contacts", False)),
-            "contact_distance": float(getattr(args, "contact_distance", 8.0)),
-            "min_separation": 6,
-            "structure_tokens": getattr(args, "structure_tokens", None),
-            "antibody": bool(getattr(args, "antibody", False)),
-            "seqres": bool(getattr(args, "seqres", False))}
+    contacts: bool = option(False, "structures: write residue-residue contacts <c+K> (Cb-Cb, Ca for Gly; "
+                                   "separation >= 6)")
+    contact_distance: float = option(8.0, "residue-residue contact distance for --contacts (default 8.0)",
+                                     metavar="A")
+    min_separation: int = 6
+    """Smallest sequence separation of a residue-residue contact (fixed; not a flag)."""
+    structure_tokens: str | None = option(None, "structures: add a parallel 3Di span per chain", choices=("3di",))
+    antibody: bool = option(False, "write every chain as an <AntibodyS> span")
+    seqres: bool = option(False, "structures: write each chain's full SEQRES sequence (unmodelled residues "
+                                 "included, author number null in meta) instead of the modelled residues only")
 
 
 def _name(path: Path) -> str:
     return path.name.lower().removesuffix(".gz")
 
 
-def claims(path: Path) -> bool:
-    return _name(path).endswith(FASTA_SUFFIXES)
-
-
 def is_structure(path: Path) -> bool:
     return _name(path).endswith(STRUCTURE_SUFFIXES)
-
-
-# ---------------------------------------------------------------- reading
-def read(path: Path, opts: dict) -> Iterator[WorkItem]:
-    if is_structure(path):
-        yield WorkItem(str(path), str(path), id=_stem(path), extra={"structure": True})
-    elif _name(path).endswith(".csv"):
-        yield from _read_antibody_csv(path)
-    else:
-        yield from _read_fasta(path)
 
 
 def _stem(path: Path) -> str:
@@ -102,15 +83,6 @@ def _stem(path: Path) -> str:
         if name.lower().endswith(suffix):
             name = name[: -len(suffix)]
     return name
-
-
-def count(path: Path) -> int:
-    if is_structure(path):
-        return 1
-    with open_text(path) as fh:
-        if _name(path).endswith(".csv"):
-            return max(1, sum(1 for _ in fh) - 1)
-        return max(1, sum(1 for line in fh if line.startswith(">")))
 
 
 def _read_fasta(path: Path) -> Iterator[WorkItem]:
@@ -167,18 +139,17 @@ def chain_meta(chain) -> dict:
     return meta
 
 
-def chains_text(chains, opts: dict, pockets: dict | None = None, atoms: bool = True) -> str:
+def chains_text(chains, opts: ProteinOptions, pockets: dict | None = None, atoms: bool = True) -> str:
     """Grammar text of structure chains; ``pockets`` maps (chain, residue) -> contacted ligand atoms."""
     from logos import structure
 
     pockets = pockets or {}
-    tag = ("<AntibodyS>", "<AntibodyE>") if opts.get("antibody") else ("<ProteinS>", "<ProteinE>")
+    tag = ("<AntibodyS>", "<AntibodyE>") if opts.antibody else ("<ProteinS>", "<ProteinE>")
     out = []
     for c, chain in enumerate(chains):
         after: dict[int, list[int]] = {}
-        if opts.get("contacts"):
-            for i, j in structure.residue_contacts(chain, opts.get("contact_distance", 8.0),
-                                                   opts.get("min_separation", 6)):
+        if opts.contacts:
+            for i, j in structure.residue_contacts(chain, opts.contact_distance, opts.min_separation):
                 if j - i > MAX_OFFSET:
                     raise RecordError(f"chain {chain.name}: contact {i + 1}-{j + 1} is {j - i} residues apart; "
                                       f"<c+K> tokens stop at {MAX_OFFSET}")
@@ -192,34 +163,10 @@ def chains_text(chains, opts: dict, pockets: dict | None = None, atoms: bool = T
                 parts.append(res.letter)
             parts.extend(f"<c+{k}>" for k in after.get(i, ()))
         parts.append(tag[1])
-        if opts.get("structure_tokens") == "3di":
+        if opts.structure_tokens == "3di":
             parts.append("<StructureS>" + structure.three_di(chain) + "<StructureE>")
         out.append("".join(parts))
     return "".join(out)
-
-
-def encode(item: WorkItem, opts: dict) -> list[dict]:
-    if item.extra.get("structure"):
-        from logos import structure
-
-        st = structure.read_structure(Path(item.payload), seqres=opts.get("seqres", False))
-        text = chains_text(st.chains, opts)
-        meta = {"structure": st.name, "chains": [chain_meta(c) for c in st.chains]}
-        rec = {"text": text, "domain": NAME, "source": item.source, "id": item.id, "meta": meta}
-        return [rec]
-    if item.extra.get("antibody"):
-        seqs = [clean_sequence(s) for s in item.payload]
-        if not seqs:
-            raise RecordError("no heavy or light chain sequence")
-        text = "".join(f"<AntibodyS>{s}<AntibodyE>" for s in seqs)
-    else:
-        seq = clean_sequence(item.payload)
-        tag = "Antibody" if opts.get("antibody") else "Protein"
-        text = f"<{tag}S>{seq}<{tag}E>"
-    rec = {"text": text, "domain": NAME, "source": item.source}
-    if item.id:
-        rec["id"] = item.id
-    return [rec]
 
 
 # ---------------------------------------------------------------- parsing grammar text back
@@ -307,76 +254,102 @@ def _record_chains(record: dict) -> list[ParsedChain]:
 
 
 # ---------------------------------------------------------------- detokenizers
-class FastaWriter:
+def _chain_id(record: dict, c: int) -> str:
+    return _chain_meta(record, c).get("id") or chr(ord("A") + c % 26)
+
+
+class FastaWriter(TextWriter):
     """``.fasta``: one entry per chain span, ``>id|chain``."""
 
     suffixes = (".fasta", ".fa", ".faa")
 
-    def __init__(self, path: Path, args: argparse.Namespace | None = None):
-        self._fh = open(path, "w", encoding="utf-8")
-
     def write(self, record: dict) -> int:
         chains = _record_chains(record)
-        ident = record.get("id") or record.get("source", "")
         for c, ch in enumerate(chains):
-            chain_id = _chain_meta(record, c).get("id") or chr(ord("A") + c % 26)
-            self._fh.write(f">{ident}|{chain_id}\n")
+            self.fh.write(f">{self.ident(record)}|{_chain_id(record, c)}\n")
             for k in range(0, len(ch.sequence), 80):
-                self._fh.write(ch.sequence[k:k + 80] + "\n")
+                self.fh.write(ch.sequence[k:k + 80] + "\n")
         return len(chains)
 
-    def close(self):
-        self._fh.close()
 
-
-class ContactsCsvWriter:
+class ContactsCsvWriter(CsvWriter):
     """``.contacts.csv``: one row per residue-residue contact decoded from ``<c+K>`` tokens."""
 
     suffixes = (".contacts.csv",)
     columns = ("id", "chain", "i", "j", "res_i", "icode_i", "name_i", "res_j", "icode_j", "name_j")
 
-    def __init__(self, path: Path, args: argparse.Namespace | None = None):
-        self._fh = open(path, "w", encoding="utf-8", newline="")
-        self._csv = csv.writer(self._fh)
-        self._csv.writerow(self.columns)
-
-    def write(self, record: dict) -> int:
-        chains = _record_chains(record)
-        ident = record.get("id") or record.get("source", "")
-        n = 0
-        for c, ch in enumerate(chains):
+    def rows(self, record: dict) -> list[tuple]:
+        rows = []
+        for c, ch in enumerate(_record_chains(record)):
             for i, j in ch.contacts:
                 ci, ni, ii, mi = residue_table(record, c, i, ch.sequence[i])
                 _, nj, ij, mj = residue_table(record, c, j, ch.sequence[j])
-                self._csv.writerow((ident, ci, i + 1, j + 1, ni, ii, mi, nj, ij, mj))
-                n += 1
-        return n
-
-    def close(self):
-        self._fh.close()
+                rows.append((self.ident(record), ci, i + 1, j + 1, ni, ii, mi, nj, ij, mj))
+        return rows
 
 
-class ThreeDiWriter:
+class ThreeDiWriter(TextWriter):
     """``.3di.fasta``: the 3Di string of each chain that has a ``<StructureS>`` span."""
 
     suffixes = (".3di.fasta", ".3di")
-
-    def __init__(self, path: Path, args: argparse.Namespace | None = None):
-        self._fh = open(path, "w", encoding="utf-8")
 
     def write(self, record: dict) -> int:
         chains = [(c, ch) for c, ch in enumerate(_record_chains(record)) if ch.fold is not None]
         if not chains:
             raise RecordError("record holds no <StructureS> 3Di span")
-        ident = record.get("id") or record.get("source", "")
         for c, ch in chains:
-            chain_id = _chain_meta(record, c).get("id") or chr(ord("A") + c % 26)
-            self._fh.write(f">{ident}|{chain_id}\n{ch.fold}\n")
+            self.fh.write(f">{self.ident(record)}|{_chain_id(record, c)}\n{ch.fold}\n")
         return len(chains)
 
-    def close(self):
-        self._fh.close()
+
+def structure_record(st, opts: ProteinOptions, source: str, ident: str | None, domain: str = NAME) -> dict:
+    """The record of a structure's plain chains (no ligand marks)."""
+    meta = {"structure": st.name, "chains": [chain_meta(c) for c in st.chains]}
+    return {"text": chains_text(st.chains, opts), "domain": domain, "source": source, "id": ident, "meta": meta}
 
 
-WRITERS = (FastaWriter, ContactsCsvWriter, ThreeDiWriter)
+class ProteinDomain(Domain):
+    """FASTA sequences, antibody CSVs and (with ``--domain protein``) the chains of PDB/mmCIF structures."""
 
+    name = NAME
+    options_type = ProteinOptions
+    writers = (FastaWriter, ContactsCsvWriter, ThreeDiWriter)
+    help_title = "proteins (FASTA, PDB, mmCIF)"
+
+    def claims(self, path: Path) -> bool:
+        return _name(path).endswith(FASTA_SUFFIXES)
+
+    def read(self, path: Path, opts: ProteinOptions) -> Iterator[WorkItem]:
+        if is_structure(path):
+            yield WorkItem(str(path), str(path), id=_stem(path), extra={"structure": True})
+        elif _name(path).endswith(".csv"):
+            yield from _read_antibody_csv(path)
+        else:
+            yield from _read_fasta(path)
+
+    def count(self, path: Path) -> int:
+        if is_structure(path):
+            return 1
+        with open_text(path) as fh:
+            if _name(path).endswith(".csv"):
+                return max(1, sum(1 for _ in fh) - 1)
+            return max(1, sum(1 for line in fh if line.startswith(">")))
+
+    def encode(self, item: WorkItem, opts: ProteinOptions) -> list[dict]:
+        if item.extra.get("structure"):
+            from logos import structure
+
+            st = structure.read_structure(Path(item.payload), seqres=opts.seqres)
+            return [structure_record(st, opts, item.source, item.id)]
+        if item.extra.get("antibody"):
+            seqs = [clean_sequence(s) for s in item.payload]
+            if not seqs:
+                raise RecordError("no heavy or light chain sequence")
+            text = "".join(f"<AntibodyS>{s}<AntibodyE>" for s in seqs)
+        else:
+            tag = "Antibody" if opts.antibody else "Protein"
+            text = f"<{tag}S>{clean_sequence(item.payload)}<{tag}E>"
+        rec = {"text": text, "domain": NAME, "source": item.source}
+        if item.id:
+            rec["id"] = item.id
+        return [rec]

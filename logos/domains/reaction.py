@@ -12,14 +12,15 @@ The detokenizer writes ``.rsmi``: ``reactants>agents>products<TAB>id`` with cano
 
 from __future__ import annotations
 
-import argparse
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 from rdkit import Chem
 
 from logos.domains import molecule, textfiles
+from logos.domains.base import Domain, TextWriter, option
 from logos.grammar import split_symbols
 from logos.records import RecordError, WorkItem
 
@@ -28,53 +29,26 @@ REACT, RETRO, REAGENT = "<React>", "<ReverseReact>", "<Reagent>"
 SUFFIXES = (".rsmi", ".rxn.smi", ".rxnsmi")
 REACTION_COLUMNS = ("rxn", "reaction", "reaction_smiles", "rxn_smiles", "reactions", "smiles")
 
-__all__ = ["parse_reaction", "reaction_text", "reaction_from_text", "looks_like_reaction"]
+__all__ = ["ReactionDomain", "ReactionOptions", "parse_reaction", "reaction_text", "reaction_from_text",
+           "looks_like_reaction"]
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("reactions")
-    g.add_argument("--retro", action="store_true", help="write the retrosynthesis form (product <ReverseReact> reactants)")
-    g.add_argument("--drop-agents", action="store_true", help="drop the agents field A>agents>P")
-    g.add_argument("--keep-atom-maps", action="store_true", help="keep atom-map numbers (stripped by default)")
+@dataclass(frozen=True)
+class ReactionOptions(molecule.SmilesTableOptions):
+    """Options of the reaction encoder (column, id column and kekule are shared with molecules)."""
 
-
-def options(args: argparse.Namespace) -> dict:
-    return {
-        "retro": args.retro,
-        "drop_agents": args.drop_agents,
-        "keep_atom_maps": args.keep_atom_maps,
-        "column": args.column,
-        "id_column": args.id_column,
-        "kekule": args.kekule,
-    }
+    retro: bool = option(False, "write the retrosynthesis form (product <ReverseReact> reactants)")
+    drop_agents: bool = option(False, "drop the agents field A>agents>P")
+    keep_atom_maps: bool = option(False, "keep atom-map numbers (stripped by default)")
 
 
 def looks_like_reaction(value: str) -> bool:
     return len(re.findall(r"(?<!-)>", value)) == 2 and " " not in value.strip()
 
 
-def claims(path: Path) -> bool:
-    return path.name.lower().removesuffix(".gz").endswith(SUFFIXES)
-
-
-def read(path: Path, opts: dict) -> Iterator[WorkItem]:
-    if textfiles.is_table(path):
-        yield from textfiles.iter_table(path, opts.get("column"), REACTION_COLUMNS, looks_like_reaction,
-                                        id_column=opts.get("id_column"))
-    else:
-        for item in textfiles.iter_lines(path, header_names=REACTION_COLUMNS):
-            if item.id and item.id.startswith("|"):  # a CXSMILES extension, not a name
-                rest = item.id.split("|", 2)[-1].strip() if item.id.count("|") >= 2 else ""
-                item.id = rest or None
-            yield item
-
-
-count = textfiles.count_records
-
-
-def parse_reaction(rxn: str, opts: dict | None = None) -> tuple[list[str], list[str], list[str]]:
+def parse_reaction(rxn: str, keep_atom_maps: bool = False, kekule: bool = False
+                   ) -> tuple[list[str], list[str], list[str]]:
     """(reactants, agents, products) as sorted canonical SMILES; RecordError names the bad part."""
-    opts = opts or {}
     rxn = rxn.strip().split()[0] if rxn.strip() else ""
     fields = re.split(r"(?<!-)>", rxn)  # a dative bond "->" is not a field separator
     if len(fields) != 3:
@@ -87,10 +61,10 @@ def parse_reaction(rxn: str, opts: dict | None = None) -> tuple[list[str], list[
                 mol = molecule.parse_smiles(part)
             except RecordError as e:
                 raise RecordError(f"{role} {k + 1}: {e}") from None
-            if not opts.get("keep_atom_maps"):
+            if not keep_atom_maps:
                 for atom in mol.GetAtoms():
                     atom.SetAtomMapNum(0)
-            smiles.append(molecule.canonical_smiles(mol, bool(opts.get("kekule"))))
+            smiles.append(molecule.canonical_smiles(mol, kekule))
         sides.append(sorted(smiles))
     reactants, agents, products = sides
     if not reactants:
@@ -106,17 +80,6 @@ def reaction_text(reactants: list[str], agents: list[str], products: list[str], 
     if retro:
         return spans(products) + RETRO + spans(reactants) + agent_part
     return spans(reactants) + agent_part + REACT + spans(products)
-
-
-def encode(item: WorkItem, opts: dict) -> list[dict]:
-    reactants, agents, products = parse_reaction(item.payload, opts)
-    if opts.get("drop_agents"):
-        agents = []
-    rec = {"text": reaction_text(reactants, agents, products, bool(opts.get("retro"))), "domain": NAME,
-           "source": item.source}
-    if item.id:
-        rec["id"] = item.id
-    return [rec]
 
 
 def reaction_from_text(text: str) -> tuple[list[str], list[str], list[str]]:
@@ -140,13 +103,10 @@ def reaction_from_text(text: str) -> tuple[list[str], list[str], list[str]]:
     raise RecordError("not a reaction text: no <React> or <ReverseReact>")
 
 
-class ReactionWriter:
+class ReactionWriter(TextWriter):
     """``.rsmi``: ``reactants>agents>products<TAB>id`` with each component canonicalized by RDKit."""
 
     suffixes = (".rsmi",)
-
-    def __init__(self, path: Path, args: argparse.Namespace | None = None):
-        self._fh = open(path, "w", encoding="utf-8")
 
     def write(self, record: dict) -> int:
         sides = reaction_from_text(record["text"])
@@ -161,11 +121,40 @@ class ReactionWriter:
             fields.append(".".join(canon))
         if not fields[0] or not fields[2]:
             raise RecordError("reaction needs at least one reactant and one product")
-        self._fh.write(">".join(fields) + "\t" + str(record.get("id") or record.get("source", "")) + "\n")
+        self.fh.write(">".join(fields) + "\t" + self.ident(record) + "\n")
         return 1
 
-    def close(self):
-        self._fh.close()
 
+class ReactionDomain(Domain):
+    """Reaction SMILES (``.rsmi``, or SMILES/CSV files whose values are reactions)."""
 
-WRITERS = (ReactionWriter,)
+    name = NAME
+    options_type = ReactionOptions
+    writers = (ReactionWriter,)
+    help_title = "molecules and reactions (SMILES, CSV, SDF, reaction SMILES)"
+
+    def claims(self, path: Path) -> bool:
+        return path.name.lower().removesuffix(".gz").endswith(SUFFIXES)
+
+    def read(self, path: Path, opts: ReactionOptions) -> Iterator[WorkItem]:
+        if textfiles.is_table(path):
+            yield from textfiles.iter_table(path, opts.column, REACTION_COLUMNS, looks_like_reaction,
+                                            id_column=opts.id_column)
+            return
+        for item in textfiles.iter_lines(path, header_names=REACTION_COLUMNS):
+            if item.id and item.id.startswith("|"):  # a CXSMILES extension, not a name
+                rest = item.id.split("|", 2)[-1].strip() if item.id.count("|") >= 2 else ""
+                item.id = rest or None
+            yield item
+
+    def count(self, path: Path) -> int:
+        return textfiles.count_records(path)
+
+    def encode(self, item: WorkItem, opts: ReactionOptions) -> list[dict]:
+        reactants, agents, products = parse_reaction(item.payload, opts.keep_atom_maps, opts.kekule)
+        if opts.drop_agents:
+            agents = []
+        rec = {"text": reaction_text(reactants, agents, products, opts.retro), "domain": NAME, "source": item.source}
+        if item.id:
+            rec["id"] = item.id
+        return [rec]
