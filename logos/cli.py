@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from logos.records import InputError
+from logos.resources import DEFAULT_CHECKPOINT, DEFAULT_TOKENIZER, resolve
 
 EXIT_OK, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
 
@@ -108,7 +109,7 @@ def _cmd_corpus_build(args: argparse.Namespace) -> int:
 def _cmd_pack(args: argparse.Namespace) -> int:
     from logos.pack import pack
 
-    result = pack([Path(p) for p in args.inputs], Path(args.tokenizer), Path(args.output),
+    result = pack([Path(p) for p in args.inputs], resolve(args.tokenizer), Path(args.output),
                   val_fraction=args.val_fraction, progress=False if args.quiet else None)
     print(f"pack: {result.docs['train']:,} train / {result.docs['val']:,} val documents, "
           f"{result.tokens['train']:,} / {result.tokens['val']:,} tokens in {result.seconds:.1f} s -> {args.output}",
@@ -156,7 +157,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _cmd_generate(args: argparse.Namespace) -> int:
     from logos.generate import generate
 
-    result = generate(Path(args.checkpoint), Path(args.output), task=args.task, n=args.n, batch_size=args.batch_size,
+    result = generate(resolve(args.checkpoint), Path(args.output), task=args.task, n=args.n, batch_size=args.batch_size,
                       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                       max_new_tokens=args.max_new_tokens, seed=args.seed,
                       inputs=Path(args.input) if args.input else None,
@@ -271,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("pack", help="tokenized JSONL -> memory-mapped token shards + document index")
     p.add_argument("inputs", nargs="+", metavar="CORPUS.jsonl")
-    p.add_argument("--tokenizer", default="tokenizers/default", metavar="DIR")
+    p.add_argument("--tokenizer", default=DEFAULT_TOKENIZER, metavar="DIR")
     p.add_argument("-o", "--output", required=True, metavar="SHARDS/")
     p.add_argument("--val-fraction", type=float, default=0.01, help="share of documents held out (by text hash)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
@@ -296,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_export)
 
     p = sub.add_parser("generate", help="sample from a checkpoint -> .smi/.sdf/.rsmi, with validity/uniqueness/novelty")
-    p.add_argument("--checkpoint", default="checkpoints/tiny-moses", metavar="DIR", help="an exported HF directory")
+    p.add_argument("--checkpoint", default=DEFAULT_CHECKPOINT, metavar="DIR", help="an exported HF directory")
     p.add_argument("--task", choices=("molecule", "reaction"), default="molecule",
                    help="molecule: unconditional; reaction: retrosynthesis of --input products")
     p.add_argument("-n", type=int, default=100, help="samples (reaction: per input product)")

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import functools
 import re
-from pathlib import Path
 
 import lark
+
+from logos.resources import GRAMMAR, shipped
 
 __all__ = [
     "GRAMMAR_PATH",
@@ -32,12 +33,8 @@ __all__ = [
     "split_symbols",
 ]
 
-# The grammar ships next to the package in a source checkout and inside it when installed.
-_CANDIDATES = [
-    Path(__file__).resolve().parent.parent / "grammar" / "logos.lark",
-    Path(__file__).resolve().parent / "data" / "logos.lark",
-]
-GRAMMAR_PATH = next((p for p in _CANDIDATES if p.exists()), _CANDIDATES[0])
+# grammar/logos.lark of the source checkout, or its copy inside an installed wheel (logos.resources).
+GRAMMAR_PATH = shipped(GRAMMAR)
 
 # A special token in the grammar file: a bare <...> outside quotes, regexes and comments.
 _BARE_TAG = re.compile(r"<[A-Za-z][A-Za-z0-9+]*>")
