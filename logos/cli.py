@@ -110,7 +110,8 @@ def _cmd_pack(args: argparse.Namespace) -> int:
     from logos.pack import pack
 
     result = pack([Path(p) for p in args.inputs], resolve(args.tokenizer), Path(args.output),
-                  val_fraction=args.val_fraction, progress=False if args.quiet else None)
+                  val_fraction=args.val_fraction, val_inputs=[Path(p) for p in args.val] if args.val else None,
+                  seed=args.seed, progress=False if args.quiet else None)
     print(f"pack: {result.docs['train']:,} train / {result.docs['val']:,} val documents, "
           f"{result.tokens['train']:,} / {result.tokens['val']:,} tokens in {result.seconds:.1f} s -> {args.output}",
           file=sys.stderr)
@@ -118,7 +119,7 @@ def _cmd_pack(args: argparse.Namespace) -> int:
 
 
 def _cmd_pretrain(args: argparse.Namespace) -> int:
-    from logos.config import ConfigError, load_recipe
+    from logos.train.recipe import ConfigError, load_recipe
 
     try:
         init = [f"train.init_from={args.init_from}"] if args.init_from else []
@@ -127,11 +128,12 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
         print(f"logos pretrain: {e}", file=sys.stderr)
         return EXIT_USAGE
     if args.dry_run:
-        from logos.train import describe
+        from logos.train.model import describe
 
         print(describe(recipe))
         return EXIT_OK
-    from logos.train import CheckpointError, pretrain
+    from logos.train.checkpoint import CheckpointError
+    from logos.train.trainer import pretrain
 
     try:
         result = pretrain(recipe, resume=args.resume, progress=False if args.quiet else None)
@@ -171,9 +173,9 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from logos.config import ConfigError, load_recipe, padded_vocab
     from logos.plan import activation_bytes, format_plan, model_size, plan_rows
-    from logos.train import vocab_of
+    from logos.train.model import vocab_of
+    from logos.train.recipe import ConfigError, load_recipe, padded_vocab
 
     try:
         recipe = load_recipe(Path(args.config), args.set or [])
@@ -274,7 +276,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("inputs", nargs="+", metavar="CORPUS.jsonl")
     p.add_argument("--tokenizer", default=DEFAULT_TOKENIZER, metavar="DIR")
     p.add_argument("-o", "--output", required=True, metavar="SHARDS/")
-    p.add_argument("--val-fraction", type=float, default=0.01, help="share of documents held out (by text hash)")
+    p.add_argument("--val", action="append", metavar="VALIDATION.jsonl",
+                   help="validation data as given (e.g. corpus/validation.jsonl from `logos corpus build`); the "
+                        "inputs are then all training data (repeatable)")
+    p.add_argument("--val-fraction", type=float, default=0.01,
+                   help="without --val: share of groups held out (scaffold, reaction, source structure; augmented "
+                        "variants and forward/retro forms stay together)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the held-out groups")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_pack)
 
@@ -290,8 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="log lines instead of a progress bar")
     p.set_defaults(func=_cmd_pretrain)
 
-    p = sub.add_parser("export", help="a saved pretrain checkpoint (ZeRO 0-2) -> self-contained HF directory")
-    p.add_argument("run", metavar="RUN_DIR", help="train.out_dir of a logos pretrain run")
+    p = sub.add_parser("export", help="a saved training checkpoint (ZeRO 0-2) -> self-contained HF directory")
+    p.add_argument("run", metavar="RUN_DIR", help="train.out_dir of a training run")
     p.add_argument("-o", "--output", required=True, metavar="DIR")
     p.add_argument("--tag", help="checkpoint tag, e.g. step0000500 (default: the latest)")
     p.set_defaults(func=_cmd_export)

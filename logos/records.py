@@ -1,7 +1,9 @@
 """Records and their files: JSONL in and out, input opening (gzip, binary check), the error log.
 
 A record is one JSON object per line: ``text`` (grammar text), ``domain``, ``source``
-(``file:record``), optional ``id`` and ``meta``. The first line of a tokenized file is a header
+(``file:record``), optional ``id``, ``meta`` and ``group`` (records with one group always share a
+split). A finetuning pair has ``prompt`` and ``completion`` (the TRL convention); its ``text`` is
+their concatenation. The first line of a tokenized file is a header
 object ``{"logos_header": {...}}`` with the grammar version and every encoder parameter (cut-offs,
 precision) used to write it; readers skip it.
 
@@ -151,9 +153,12 @@ def read_records(path: Path, errors: ErrorLog | None = None) -> Iterator[dict]:
                 continue
             if isinstance(obj, dict) and HEADER_KEY in obj:
                 continue
+            if isinstance(obj, dict) and "text" not in obj and isinstance(obj.get("prompt"), str) \
+                    and isinstance(obj.get("completion"), str):
+                obj["text"] = obj["prompt"] + obj["completion"]
             if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
                 if errors is not None:
-                    errors.add(source, "not a record: needs a string field 'text'")
+                    errors.add(source, "not a record: needs a string field 'text' (or 'prompt' and 'completion')")
                 continue
             obj.setdefault("source", source)
             yield obj

@@ -1,7 +1,7 @@
 """Train/validation/test assignment by group key: related records (augmented variants, the forward and
 retro forms of a reaction, the chains and ligands of one structure) always land in the same split.
 
-Group keys (:func:`group_key`):
+Group keys (:func:`group_key`), unless a record names its own ``group`` (finetuning pairs do):
 
 - molecule: its Bemis-Murcko scaffold (scaffold split; acyclic molecules by their own canonical
   SMILES), so every randomized-SMILES variant of a molecule, and every molecule sharing its
@@ -39,7 +39,9 @@ def _scaffold_key(smiles: str) -> str:
 
 
 def group_key(record: dict) -> str:
-    """What must stay in one split: scaffold, reaction, or source structure."""
+    """What must stay in one split: the record's own ``group``, else scaffold, reaction, or source structure."""
+    if record.get("group") is not None:
+        return f"group:{record['group']}"
     domain = record.get("domain")
     text = record["text"]
     if domain == "molecule":

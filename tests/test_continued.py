@@ -43,7 +43,7 @@ def test_init_from_base_llm_trains_and_exports_a_plain_transformers_checkpoint(t
 
 def test_init_from_refuses_shards_packed_with_another_tokenizer(tmp_path, run_cli):
     import pytest
-    from logos.config import ConfigError
+    from logos.train.recipe import ConfigError
     from train_fixtures import make_shards
 
     base, _, _ = _base_checkpoint(tmp_path, "qwen3")

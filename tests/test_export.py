@@ -24,7 +24,7 @@ def test_export_reproduces_training_logits(shards, tmp_path, stage):
     for _ in range(3):
         trainer.step()
     out = trainer.export(tmp_path / "hf")
-    tokens, _ = trainer.val_reader.rows_at([0, 1])
+    tokens = trainer.val_reader.rows_at([0, 1]).tokens
     x = torch.from_numpy(tokens[:, :-1])
     reference = trainer.logits(x)                                   # [2, L, V] from the DeepSpeed engine
 
@@ -65,7 +65,7 @@ def test_logos_export_of_a_saved_checkpoint(shards, tmp_path, stage):
         trainer.step()
     trainer.save()  # also writes run/hf from the live engine
     assert main(["export", str(tmp_path / "run"), "-o", str(tmp_path / "offline")]) == 0
-    x = torch.from_numpy(trainer.val_reader.rows_at([0])[0][:, :-1])
+    x = torch.from_numpy(trainer.val_reader.rows_at([0]).tokens[:, :-1])
     live = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "hf")
     offline = AutoModelForCausalLM.from_pretrained(tmp_path / "offline")
     with torch.no_grad():

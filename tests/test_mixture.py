@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from conftest import ASSETS
-from logos.pack import MixtureReader, ShardReader, pack
+from logos.pack import pack
+from logos.shards import MixtureReader, ShardReader
 from logos.records import InputError
 from logos.train import Trainer
 from train_fixtures import MOSES_500, TOKENIZER, tiny_recipe
@@ -27,7 +28,7 @@ def two_domain_shards(tmp_path_factory):
 
 
 def _majority(reader: ShardReader, rows: np.ndarray) -> list[str]:
-    _, dom = reader.rows_at(rows)
+    dom = reader.rows_at(rows).domains
     return [reader.domains[np.bincount(d).argmax()] for d in dom]
 
 

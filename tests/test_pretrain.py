@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from logos.config import ConfigError, load_recipe, padded_vocab, recipe_from_dict
-from logos.train import Trainer, lr_lambda
+from logos.train import Schedule, Trainer
+from logos.train.recipe import ConfigError, load_recipe, padded_vocab, recipe_from_dict
 from train_fixtures import REPO, cli_env, make_shards, tiny_recipe
 
 RECIPES = sorted(p for p in (REPO / "pretrain").glob("*.yaml") if not p.name.startswith("corpus"))  # corpus*.yaml: test_corpus
@@ -32,7 +32,11 @@ def test_recipe_parses_and_builds_its_config(path):
     assert recipe.name == path.stem
     cfg = recipe.model.hf_config(padded_vocab(2394))
     assert cfg.vocab_size == 2432 and cfg.vocab_size % 64 == 0
-    assert cfg.hidden_size == recipe.model.num_heads * recipe.model.head_dim or recipe.model.head_dim
+    m = recipe.model
+    assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim,
+            cfg.intermediate_size, cfg.tie_word_embeddings) == \
+        (m.hidden_size, m.num_layers, m.num_heads, m.num_kv_heads, m.head_dim, m.intermediate_size, m.tie_embeddings)
+    assert type(cfg).__name__ == {"llama": "LlamaConfig", "qwen3": "Qwen3Config"}[m.arch]
 
 
 def test_recipe_shapes_match_their_models():
@@ -56,19 +60,49 @@ def test_recipe_errors_name_the_field():
 
 
 def test_lr_schedule_warms_up_and_decays():
-    r = load_recipe(REPO / "pretrain" / "tiny.yaml", ["train.max_steps=100", "train.warmup_steps=10"])
-    f = lr_lambda(r)
+    r = load_recipe(REPO / "pretrain" / "tiny.yaml", ["train.max_steps=100", "train.warmup_steps=10",
+                                                      "train.max_minutes=null"])
+    f = Schedule.from_recipe(r).multiplier
+    floor = r.train.min_lr_ratio
     assert f(0) == pytest.approx(0.1) and f(9) == pytest.approx(1.0)
-    assert f(55) < f(10) and f(100) == pytest.approx(r.train.min_lr_ratio)
-    timed = load_recipe(REPO / "pretrain" / "tiny.yaml", ["train.max_steps=100000", "train.warmup_steps=10",
+    assert f(55) == pytest.approx(floor + (1 - floor) * 0.5)  # the middle of the cosine
+    assert f(100) == pytest.approx(floor) and f(200) == pytest.approx(floor)
+
+
+def test_time_budget_fixes_the_schedule_length_once_and_never_reads_the_clock():
+    timed = load_recipe(REPO / "pretrain" / "tiny.yaml", ["train.max_steps=100000", "train.warmup_steps=4",
                                                           "train.max_minutes=10"])
-    clock = {"s": 0.0}
-    g = lr_lambda(timed, clock=lambda: clock["s"])
-    assert g(20) == pytest.approx(1.0, abs=1e-3)
-    clock["s"] = 300  # half the time budget: the middle of the cosine
-    assert g(20) == pytest.approx(timed.train.min_lr_ratio + (1 - timed.train.min_lr_ratio) * 0.5, rel=1e-3)
-    clock["s"] = 600
-    assert g(21) == pytest.approx(timed.train.min_lr_ratio)
+    s = Schedule.from_recipe(timed)
+    floor = timed.train.min_lr_ratio
+    assert s.measuring and s.decay_start == 10  # max(warm-up, CALIBRATION_STEPS)
+    assert s.multiplier(1) == pytest.approx(0.5) and s.multiplier(500) == 1.0  # holds its peak until measured
+    # 60 s used after 10 steps at 0.1 s/step: 540 s left = 5,400 more steps
+    assert s.fix_length(10, seconds_used=60.0, seconds_per_step=0.1) == 5410 and not s.measuring
+    assert s.multiplier(10) == pytest.approx(1.0) and s.multiplier(5410) == pytest.approx(floor)
+    assert s.multiplier(2710) == pytest.approx(floor + (1 - floor) * 0.5)
+    capped = Schedule.from_recipe(load_recipe(REPO / "pretrain" / "tiny.yaml", ["train.max_steps=300",
+                                                                                "train.max_minutes=10"]))
+    assert capped.fix_length(10, 1.0, 0.01) == 300  # the step cap wins over a generous budget
+    short = Schedule.from_recipe(load_recipe(REPO / "pretrain" / "tiny.yaml", ["train.max_steps=6",
+                                                                               "train.warmup_steps=0",
+                                                                               "train.max_minutes=10"]))
+    assert not short.measuring and short.total == 6  # too short to measure: the cap is the length
+    given = Schedule.from_recipe(load_recipe(REPO / "pretrain" / "tiny.yaml", ["train.schedule_steps=500",
+                                                                               "train.max_minutes=10"]))
+    assert given.total == 500 and given.decay_start == 100  # tiny's warm-up (100) exceeds the calibration
+
+
+def test_zero_warmup_with_a_time_budget_trains_through_the_cli(shards, tmp_path, run_cli):
+    """warmup_steps 0 with max_minutes crashed at engine start on the old main (the schedule read a clock)."""
+    code, err = run_cli("pretrain", "--config", REPO / "pretrain" / "tiny.yaml", "-q",
+                        "--set", f"train.data={shards}", "--set", f"train.out_dir={tmp_path / 'run'}",
+                        "--set", "train.warmup_steps=0", "--set", "train.max_minutes=10", "--set", "train.max_steps=12",
+                        "--set", "train.seq_len=64", "--set", "train.save_every=100000", "--set", "train.log_every=5")
+    assert code == 0, err
+    assert "the LR schedule ends at step 12" in err  # measured at step 10; the step cap is shorter than the budget
+    rows = {int(r["step"]): r for r in csv.DictReader(open(tmp_path / "run" / "metrics.csv"))}
+    assert float(rows[1]["lr"]) == pytest.approx(1e-3) and float(rows[10]["lr"]) == pytest.approx(1e-3)  # held
+    assert float(rows[12]["lr"]) == pytest.approx(1e-4)  # the floor at the schedule's end
 
 
 def test_dry_run_prints_config_and_parameter_count(capsys):
@@ -125,10 +159,10 @@ LAUNCHERS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
 def test_two_processes_under_a_launcher(shards, tmp_path, launcher):
-    from logos.train import _free_port
+    from logos.train.distributed import free_port
 
     out = tmp_path / "run2"
-    argv = [a.format(port=_free_port()) for a in LAUNCHERS[launcher]]
+    argv = [a.format(port=free_port()) for a in LAUNCHERS[launcher]]
     cmd = [str(Path(sys.executable).with_name(argv[0]))] + argv[1:] + [
         "pretrain", "--config", str(REPO / "pretrain" / "tiny.yaml"), "-q"]
     recipe = tiny_recipe(shards, out, zero_stage=2, max_steps=10, micro_batch=4, log_every=5, save_every=10)

@@ -1,8 +1,9 @@
-"""Exact resume: atomic checkpoints, SIGKILL mid-run and mid-save, corrupt checkpoints, retention.
+"""Exact resume: atomic checkpoints, SIGKILL mid-run and mid-save, corrupt checkpoints, retention, time budgets.
 
 Every run is a real ``python -m logos.cli pretrain`` child process (one thread) on the 500-molecule
 fixture: 8 steps, a checkpoint every 2, a metrics row every step. One uninterrupted run of the
-same seed (module fixture) is the reference loss curve.
+same seed (module fixture) is the reference loss curve. Kills are real SIGKILLs at a known step
+(the trainer's test-only fault injection), so no test polls a run's files against the clock.
 """
 
 from __future__ import annotations
@@ -20,9 +21,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from logos.config import load_recipe
-from logos.train import (FAULT_KILL_IN_SAVE, MANIFEST, CheckpointError, Trainer, checkpoint_tags, read_latest,
-                         truncate_metrics, verify_checkpoint)
+from logos.train import Trainer
+from logos.train.trainer import FAULT_KILL_AFTER_STEP
+from logos.train.checkpoint import (FAULT_KILL_IN_SAVE, MANIFEST, CheckpointError, checkpoint_tags, read_latest,
+                                    verify_checkpoint)
+from logos.train.metrics import truncate_metrics
+from logos.train.recipe import load_recipe
 from train_fixtures import cli_env, make_shards, tiny_recipe
 
 STEPS, SAVE_EVERY, KEEP = 8, 2, 2
@@ -48,9 +52,9 @@ def run(recipe: Path, resume: bool = False, **env) -> subprocess.CompletedProces
     return proc
 
 
-def rows(out: Path) -> list[tuple[int, float]]:
+def rows(out: Path, column: str = "loss") -> list[tuple[int, float]]:
     with open(out / "metrics.csv", newline="") as fh:
-        return [(int(r["step"]), float(r["loss"])) for r in csv.DictReader(fh)]
+        return [(int(r["step"]), float(r[column])) for r in csv.DictReader(fh)]
 
 
 def assert_same_curve(out: Path, reference: Path) -> None:
@@ -92,35 +96,14 @@ def test_retention_keeps_exactly_k_complete_checkpoints(reference):
 def test_sigkill_mid_run_resumes_on_the_same_curve(shards, reference, tmp_path):
     out = tmp_path / "run"
     recipe = write_recipe(shards, out)
-    proc = subprocess.Popen(pretrain_cmd(recipe), env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.time() + 240
-    while time.time() < deadline and proc.poll() is None:
-        if (out / "metrics.csv").exists() and any(s >= 5 for s, _ in _rows_so_far(out)):
-            break
-        time.sleep(0.005)
-    assert proc.poll() is None, "the run ended before it could be killed"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    proc.stderr.close()
-    assert max(s for s, _ in _rows_so_far(out)) < STEPS
+    killed = subprocess.run(pretrain_cmd(recipe), env={**cli_env(), FAULT_KILL_AFTER_STEP: "5"}, capture_output=True,
+                            text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert max(s for s, _ in rows(out)) == 5 and read_latest(out / "checkpoints") == "step0000004"
     resumed = run(recipe, resume=True)
-    assert "pretrain: resumed" in resumed.stderr
-    assert_same_curve(out, reference)
+    assert "pretrain: resumed" in resumed.stderr and "step0000004" in resumed.stderr
+    assert_same_curve(out, reference)  # step 5 redone, its old row replaced
     assert_retention(out / "checkpoints")
-
-
-def _rows_so_far(out: Path) -> list[tuple[int, float]]:
-    """Complete metrics rows of a run in progress (the last line may be half-written)."""
-    got = []
-    with open(out / "metrics.csv", newline="") as fh:
-        for r in list(csv.reader(fh))[1:]:
-            with_loss = len(r) > 4 and r[0].isdigit()
-            if with_loss:
-                try:
-                    got.append((int(r[0]), float(r[4])))
-                except ValueError:
-                    pass
-    return got
 
 
 def test_sigkill_during_a_save_keeps_latest_on_the_previous_checkpoint(shards, reference, tmp_path):
@@ -204,3 +187,30 @@ def test_a_flipped_byte_of_the_same_size_is_refused(reference, tmp_path):
     assert verify_checkpoint(tag) == "corrupt (mp_rank_00_model_states.pt: sha256 differs from the manifest)"
     (tag / MANIFEST).unlink()
     assert verify_checkpoint(tag) == f"incomplete (missing {MANIFEST})"
+
+
+def test_a_time_budgeted_run_resumes_on_the_same_lr_and_loss_curve(shards, tmp_path):
+    """Under max_minutes the schedule's length is measured at step 10 and checkpointed; killed after step 13
+    (checkpoint 12) and resumed, the run follows an uninterrupted run given that length, LR for LR."""
+    def recipe(out: Path, **extra) -> Path:
+        r = tiny_recipe(shards, out, max_steps=16, max_minutes=10, warmup_steps=2, save_every=4, log_every=1,
+                        seed=7, **extra)
+        path = out.parent / f"{out.name}.yaml"
+        path.write_text(yaml.safe_dump(r.to_dict(), sort_keys=False))
+        return path
+
+    budget = recipe(tmp_path / "budget")
+    killed = subprocess.run(pretrain_cmd(budget), env={**cli_env(), FAULT_KILL_AFTER_STEP: "13"},
+                            capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert "the LR schedule ends at step 16" in killed.stderr
+    resumed = run(budget, resume=True)
+    assert "step0000012" in resumed.stderr and "the LR schedule ends" not in resumed.stderr  # restored, not re-measured
+    straight = recipe(tmp_path / "straight", schedule_steps=16)
+    run(straight)
+    for column in ("lr", "loss"):
+        got, expected = rows(tmp_path / "budget", column), rows(tmp_path / "straight", column)
+        assert [s for s, _ in got] == [s for s, _ in expected] == list(range(1, 17))
+        assert [v for _, v in got] == pytest.approx([v for _, v in expected], rel=1e-5, abs=1e-7), column
+    lrs = dict(rows(tmp_path / "budget", "lr"))
+    assert lrs[10] == pytest.approx(lrs[3]) and lrs[16] < lrs[11] < lrs[10]  # held at the peak, then decayed

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from logos.config import load_recipe
+from logos.train.recipe import load_recipe
 
 ASSETS = Path(__file__).parent / "assets"
 REPO = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""Typed pretraining configuration: the schema that every YAML recipe under ``pretrain/`` instantiates.
+"""Typed training recipes: the schema that every YAML recipe under ``pretrain/`` instantiates.
 
 A recipe has two sections, ``model`` (:class:`ModelConfig`, the transformers architecture and its
 shape) and ``train`` (:class:`TrainConfig`, data, optimizer, schedule, DeepSpeed and precision).
@@ -121,10 +121,15 @@ class TrainConfig:
     grad_accum: int = 1
     """Micro-batches per optimizer step."""
     max_steps: int = 1000
-    """Optimizer steps (the LR schedule's length)."""
+    """Most optimizer steps (the LR schedule's length unless ``max_minutes`` or ``schedule_steps`` fixes it)."""
     max_minutes: float | None = None
-    """Wall-clock budget of training time; the run stops (and saves) at whichever of max_steps and this comes first,
-    and the LR decay runs over whichever budget is spent first (a time-limited run ends at the LR floor)."""
+    """Wall-clock budget (training, evaluation, saving). A hard stop; and, unless ``schedule_steps`` is given, the
+    LR schedule's length is fixed once from measured throughput: after ``max(warmup_steps, 10)`` steps the run
+    computes how many steps fit in the budget, records that step count in every checkpoint and decays the LR over
+    it (the LR holds its peak until then), so a resumed run follows the same LR as an uninterrupted one."""
+    schedule_steps: int | None = None
+    """The LR schedule's length in steps, given explicitly (default: ``max_steps``, or measured under ``max_minutes``);
+    the run stops there."""
     lr: float = 1e-3
     """Peak learning rate."""
     min_lr_ratio: float = 0.1
@@ -185,6 +190,10 @@ class TrainConfig:
                 raise ConfigError(f"train.{name} must be positive")
         if self.lr <= 0 or not 0 <= self.min_lr_ratio <= 1:
             raise ConfigError("train.lr must be positive and train.min_lr_ratio in [0, 1]")
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            raise ConfigError("train.max_minutes must be positive (or null)")
+        if self.schedule_steps is not None and not 0 < self.schedule_steps <= self.max_steps:
+            raise ConfigError("train.schedule_steps must be in 1..max_steps (or null)")
         if self.warmup_steps < 0 or self.eval_every < 0 or self.keep_checkpoints < 1:
             raise ConfigError("train.warmup_steps/eval_every must be >= 0 and keep_checkpoints >= 1")
         if self.mixture is not None:
@@ -240,8 +249,14 @@ def recipe_from_dict(data: dict, overrides: list[str] = ()) -> Recipe:
 
 
 def load_recipe(path: Path, overrides: list[str] = ()) -> Recipe:
-    """Read a YAML recipe and apply ``section.key=value`` overrides (values parsed as YAML)."""
-    path = Path(path)
+    """Read a YAML recipe (a user path, else a shipped one such as ``pretrain/tiny.yaml``) and apply
+    ``section.key=value`` overrides (values parsed as YAML)."""
+    from logos.resources import ResourceNotFound, resolve
+
+    try:
+        path = resolve(path)
+    except ResourceNotFound as e:
+        raise ConfigError(f"cannot read recipe {e}") from None
     try:
         data = yaml.safe_load(path.read_text())
     except OSError as e:

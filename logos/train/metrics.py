@@ -1,0 +1,97 @@
+"""Training metrics: ``metrics.csv`` (one named row per log step, trimmed on resume) and the loss-curve PNG.
+
+Columns: ``step``, ``tokens``, ``elapsed_s``, ``lr``, ``loss``, ``tokens_per_s``, ``val_loss``, then
+``loss_<domain>`` and ``val_loss_<domain>`` per domain of the corpus. Rows are written by name
+(``csv.DictWriter``) and flushed as they are logged; a resumed run first drops the rows past its
+checkpoint (and a torn last line), so every step appears once.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+from logos.train.checkpoint import atomic_write_text
+
+__all__ = ["MetricsLog", "truncate_metrics", "plot_losses"]
+
+BASE_COLUMNS = ("step", "tokens", "elapsed_s", "lr", "loss", "tokens_per_s", "val_loss")
+
+
+def truncate_metrics(path: Path, step: int) -> int:
+    """Drop the rows of a metrics CSV after ``step`` (and any torn last line); atomic rewrite; rows dropped."""
+    with open(path, newline="") as fh:
+        rows = list(csv.reader(fh))
+    if not rows:
+        return 0
+    header, body = rows[0], rows[1:]
+    kept = [r for r in body if len(r) == len(header) and r[0].isdigit() and int(r[0]) <= step]
+    if len(kept) != len(body):
+        buf = io.StringIO()
+        csv.writer(buf).writerows([header] + kept)
+        atomic_write_text(path, buf.getvalue())
+    return len(body) - len(kept)
+
+
+class MetricsLog:
+    """Appends named rows to ``metrics.csv`` (rank 0 only); a context manager."""
+
+    def __init__(self, path: Path, domains: list[str], resumed_at: int):
+        self.path = Path(path)
+        self.columns = list(BASE_COLUMNS) + [f"loss_{d}" for d in domains] + [f"val_loss_{d}" for d in domains]
+        fresh = resumed_at == 0 or not self.path.exists()
+        if not fresh:  # rows past the checkpoint were logged by the killed run
+            truncate_metrics(self.path, resumed_at)
+        self._fh = open(self.path, "w" if fresh else "a", newline="")
+        self._writer = csv.DictWriter(self._fh, fieldnames=self.columns, restval="")
+        if fresh:
+            self._writer.writeheader()
+
+    def write(self, row: dict) -> None:
+        self._writer.writerow({k: _fmt(v) for k, v in row.items()})
+        self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> "MetricsLog":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return "" if v != v else f"{v:.6g}"  # NaN: not measured
+    return str(v)
+
+
+def plot_losses(metrics: Path, png: Path, title: str) -> None:
+    """Training (and validation) loss against tokens, from ``metrics.csv``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(metrics, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    if not rows:
+        return
+    tokens = [int(r["tokens"]) for r in rows]
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=110)
+    ax.plot(tokens, [float(r["loss"]) for r in rows], label="train")
+    val = [(int(r["tokens"]), float(r["val_loss"])) for r in rows if r["val_loss"]]
+    if val:
+        ax.plot(*zip(*val), "o-", label="validation")
+    ax.set_xlabel("tokens")
+    ax.set_ylabel("loss (nats/token)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png)
+    plt.close(fig)
