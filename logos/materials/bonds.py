@@ -19,7 +19,7 @@ import gemmi
 import numpy as np
 from scipy.spatial import cKDTree
 
-from logos.materials.crystal import Crystal
+from logos.materials.crystal import Crystal, periodic_images
 from logos.records import RecordError
 
 DEFAULT_BOND_TOLERANCE = 0.4
@@ -37,14 +37,7 @@ def periodic_bonds(crystal: Crystal, tolerance: float) -> tuple[np.ndarray, list
     cart = frac @ matrix
     radii = np.array([gemmi.Element(s.element).covalent_r for s in crystal.sites])
     cutoff = 2 * radii.max() + tolerance
-    shifts = np.array([(i, j, k) for i in (-1, 0, 1) for j in (-1, 0, 1) for k in (-1, 0, 1)])
-    # images of every atom in the 27 cells around the home cell (covers bonds in cells >= ~cutoff wide)
-    widths = abs(np.linalg.det(matrix)) / np.linalg.norm(np.cross(matrix[[1, 2, 0]], matrix[[2, 0, 1]]), axis=1)
-    if widths.min() < cutoff:
-        reps = np.ceil(cutoff / widths).astype(int)
-        shifts = np.array([(i, j, k) for i in range(-reps[0], reps[0] + 1) for j in range(-reps[1], reps[1] + 1)
-                           for k in range(-reps[2], reps[2] + 1)])
-    images = (cart[None, :, :] + (shifts @ matrix)[:, None, :]).reshape(-1, 3)
+    shifts, images = periodic_images(cart, matrix, cutoff)
     tree = cKDTree(images)
     n = len(cart)
     bonds = []

@@ -30,7 +30,8 @@ JSON_SUFFIXES = (".json",)
 POSCAR_SUFFIXES = (".vasp", ".poscar")
 POSCAR_NAMES = ("POSCAR", "CONTCAR")
 
-__all__ = ["Crystal", "Site", "lattice_matrix", "lattice_parameters", "cif_kind", "cif_blocks", "read_crystal_file", "count_crystals", "read_cif_block", "crystal_from_dict",
+__all__ = ["Crystal", "Site", "lattice_matrix", "lattice_parameters", "periodic_images", "position_groups",
+           "cif_kind", "cif_blocks", "read_crystal_file", "count_crystals", "read_cif_block", "crystal_from_dict",
            "crystal_from_pymatgen", "crystal_from_poscar", "load", "CIF_SUFFIXES", "JSON_SUFFIXES",
            "POSCAR_SUFFIXES", "POSCAR_NAMES"]
 
@@ -74,6 +75,40 @@ def lattice_parameters(matrix: np.ndarray) -> tuple[float, ...]:
         return float(np.degrees(np.arccos(np.clip(np.dot(u, v) / np.linalg.norm(u) / np.linalg.norm(v), -1, 1))))
 
     return a, b, c, angle(matrix[1], matrix[2]), angle(matrix[0], matrix[2]), angle(matrix[0], matrix[1])
+
+
+def periodic_images(cart: np.ndarray, matrix: np.ndarray, cutoff: float) -> tuple[np.ndarray, np.ndarray]:
+    """Images of Cartesian positions in the cells around the home cell, enough to find every pair
+    closer than ``cutoff``: (integer cell shifts (m, 3), images (m * n, 3)); image ``k * n + i`` is
+    atom ``i`` shifted by ``shifts[k]``.
+
+    The 27 cells around the home cell, or more along an axis whose cell width is below ``cutoff``.
+    """
+    shifts = np.array([(i, j, k) for i in (-1, 0, 1) for j in (-1, 0, 1) for k in (-1, 0, 1)])
+    widths = abs(np.linalg.det(matrix)) / np.linalg.norm(np.cross(matrix[[1, 2, 0]], matrix[[2, 0, 1]]), axis=1)
+    if widths.min() < cutoff:
+        reps = np.ceil(cutoff / widths).astype(int)
+        shifts = np.array([(i, j, k) for i in range(-reps[0], reps[0] + 1) for j in range(-reps[1], reps[1] + 1)
+                           for k in range(-reps[2], reps[2] + 1)])
+    images = (cart[None, :, :] + (shifts @ matrix)[:, None, :]).reshape(-1, 3)
+    return shifts, images
+
+
+def position_groups(frac: np.ndarray, matrix: np.ndarray, tolerance: float) -> list[list[int]]:
+    """Indices of the sites that share one position (closer than ``tolerance`` Angstrom under periodic
+    boundaries), in site order: each group is a site and every later, ungrouped site close to it."""
+    groups: list[list[int]] = []
+    assigned = np.full(len(frac), -1)
+    for i in range(len(frac)):
+        if assigned[i] >= 0:
+            continue
+        d = frac[i + 1:] - frac[i]
+        d -= np.round(d)
+        close = np.where(np.linalg.norm(d @ matrix, axis=1) < tolerance)[0] + i + 1
+        members = [i] + [j for j in close if assigned[j] < 0]
+        assigned[members] = len(groups)
+        groups.append(members)
+    return groups
 
 
 # ---------------------------------------------------------------- readers

@@ -35,7 +35,7 @@ import gemmi
 import numpy as np
 
 from logos.grammar import split_symbols
-from logos.materials.crystal import Crystal, Site, lattice_parameters
+from logos.materials.crystal import Crystal, Site, lattice_parameters, position_groups
 from logos.materials.symmetry import DEFAULT_ANGLE_TOLERANCE, DEFAULT_SYMPREC, expand, symmetry_dataset
 from logos.materials.wyckoff import LETTERS
 from logos.records import RecordError
@@ -53,17 +53,7 @@ def _composite_cell(crystal: Crystal) -> tuple[np.ndarray, np.ndarray, list[tupl
     """Merge atoms sharing a position into composite species: positions, type ids, type table."""
     matrix = crystal.matrix()
     frac = np.array([s.frac for s in crystal.sites], dtype=float) % 1.0
-    groups: list[list[int]] = []
-    assigned = np.full(len(frac), -1)
-    for i in range(len(frac)):
-        if assigned[i] >= 0:
-            continue
-        d = frac[i + 1:] - frac[i]
-        d -= np.round(d)
-        close = np.where(np.linalg.norm(d @ matrix, axis=1) < MERGE_TOLERANCE)[0] + i + 1
-        members = [i] + [j for j in close if assigned[j] < 0]
-        assigned[members] = len(groups)
-        groups.append(members)
+    groups = position_groups(frac, matrix, MERGE_TOLERANCE)
     kinds: dict[tuple, int] = {}
     types, positions = [], []
     for members in groups:

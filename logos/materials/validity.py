@@ -34,7 +34,7 @@ from scipy.spatial import cKDTree
 
 from logos.domains.molecule import parse_smiles
 from logos.grammar import GrammarError, validate
-from logos.materials.crystal import Crystal
+from logos.materials.crystal import Crystal, periodic_images, position_groups
 from logos.materials.framework import METAL_OPEN, OPEN as MOF_OPEN, parse_mof_text
 from logos.materials.symmetry import expand, quiet_spglib, unit_cell
 from logos.materials.text import OPEN as CRYSTAL_OPEN, parse_crystal_text
@@ -70,20 +70,17 @@ class CrystalValidity:
 
 
 def _merged(cell: Crystal) -> tuple[np.ndarray, list[dict[str, float]]]:
-    """Distinct positions (fractional) and the species with occupancy on each."""
-    matrix = cell.matrix()
+    """Distinct positions (fractional, closer than 0.001 A merged) and the species with occupancy on each."""
+    frac = np.array([s.frac for s in cell.sites], dtype=float) % 1.0
     positions: list[np.ndarray] = []
     species: list[dict[str, float]] = []
-    for s in cell.sites:
-        p = np.asarray(s.frac, dtype=float) % 1.0
-        for k, q in enumerate(positions):
-            d = (p - q) - np.round(p - q)
-            if np.linalg.norm(d @ matrix) < 1e-3:
-                species[k][s.element] = species[k].get(s.element, 0.0) + s.occ
-                break
-        else:
-            positions.append(p)
-            species.append({s.element: s.occ})
+    for members in position_groups(frac, cell.matrix(), 1e-3):
+        positions.append(frac[members[0]])
+        on_site: dict[str, float] = {}
+        for j in members:
+            s = cell.sites[j]
+            on_site[s.element] = on_site.get(s.element, 0.0) + s.occ
+        species.append(on_site)
     return np.array(positions), species
 
 
@@ -100,11 +97,7 @@ def structural_validity(cell: Crystal, min_distance: float = MIN_DISTANCE,
             return False, f"atoms closer than 0.001 A ({', '.join(sp)})"
     cart = positions @ matrix
     # every image within min_distance of the home cell: enough cells to cover the thinnest width
-    widths = volume / np.linalg.norm(np.cross(matrix[[1, 2, 0]], matrix[[2, 0, 1]]), axis=1)
-    reps = np.ceil(min_distance / widths).astype(int)
-    shifts = np.array([(i, j, k) for i in range(-reps[0], reps[0] + 1) for j in range(-reps[1], reps[1] + 1)
-                       for k in range(-reps[2], reps[2] + 1)])
-    images = (cart[None] + (shifts @ matrix)[:, None]).reshape(-1, 3)
+    _, images = periodic_images(cart, matrix, min_distance)
     dist, _ = cKDTree(images).query(cart, k=2)  # nearest is the atom itself
     shortest = float(dist[:, 1].min()) if len(images) > 1 else float("inf")
     if shortest < min_distance:
