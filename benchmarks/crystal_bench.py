@@ -29,8 +29,7 @@ import numpy as np
 import spglib
 
 from logos import data
-from logos.domains import crystal as C
-from logos.domains import mof as M
+from logos import materials as C
 from logos.records import RecordError
 
 
@@ -93,7 +92,7 @@ def _mof(args):
     name, text = args
     signal.alarm(60)
     try:
-        node, linkers = M.split_framework(C.read_cif_block(text))
+        node, linkers = C.split_framework(C.read_cif_block(text))
         return name, True, node + " | " + " ".join(linkers)
     except _Timeout:
         return name, False, "timeout (60 s)"

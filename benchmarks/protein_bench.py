@@ -66,7 +66,7 @@ def logos_inprocess(paths: list[Path], out: Path, *flags: str) -> float:
 
 def protein_residues(paths: list[Path]) -> int:
     """Residues written by logos (polymer residues of the first model), for the residues/s column."""
-    from logos import structure
+    from logos.domains import structure
 
     return sum(structure.read_structure(p).n_residues for p in paths)
 

@@ -9,16 +9,17 @@ from pathlib import Path
 import gemmi
 import pytest
 
+from logos import materials as crystal
 from logos.cli import main
 from logos.data import DATASETS
-from logos.domains import DOMAINS, crystal, detect, mof
+from logos.domains import DOMAINS, detect, mof
 from logos.domains.crystal import CrystalOptions
 from logos.grammar import validate
-from logos.materials_validity import check_crystal, compositional_validity, summarize
-from logos.records import InputError, WorkItem
+from logos.materials.validity import check_crystal, compositional_validity, summarize
+from logos.records import InputError, RecordError, WorkItem
 
 CRYSTAL = DOMAINS["crystal"]
-from logos.wyckoff import MULTIPLICITY, multiplicity
+from logos.materials.wyckoff import MULTIPLICITY, multiplicity
 
 pymatgen = pytest.importorskip("pymatgen")
 from pymatgen.analysis.structure_matcher import StructureMatcher  # noqa: E402
@@ -187,7 +188,7 @@ def test_detokenizer_rejects_bad_text_keeps_good(tmp_path, capsys):
     assert "grammar error" in err and "invalid lattice" in err
     for text, reason in ((NACL.replace("Na<wa>", "Xx<wa>"), "unknown element 'Xx'"),
                          (NACL.replace("0.5000<CrystalE>", "0.5000<Occ>1.5<CrystalE>"), "occupancy 1.5")):
-        with pytest.raises(crystal.RecordError, match=reason):
+        with pytest.raises(RecordError, match=reason):
             crystal.decode_text(text)
 
 
@@ -259,5 +260,5 @@ def test_overfull_site_is_an_error_rounding_is_scaled():
     scaled = cif.replace("Na1 Na 0.0 0.0 0.0 1.0", "Na1 Na 0.0 0.0 0.0 0.52\nK1 K 0.0 0.0 0.0 0.50")
     assert "Na<wa> 0.0000 0.0000 0.0000<Occ>0.510" in CRYSTAL.encode(WorkItem("x", scaled), CrystalOptions())[0]["text"]
     overfull = cif.replace("Na1 Na 0.0 0.0 0.0 1.0", "Na1 Na 0.0 0.0 0.0 0.7\nK1 K 0.0 0.0 0.0 0.6")
-    with pytest.raises(crystal.RecordError, match="occupancies sum to 1.300"):
+    with pytest.raises(RecordError, match="occupancies sum to 1.300"):
         CRYSTAL.encode(WorkItem("x", overfull), CrystalOptions())

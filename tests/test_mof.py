@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 from rdkit import Chem
 
+from logos import materials
+from logos.materials import framework
 from logos.cli import main
-from logos.domains import crystal, mof
+from logos.domains import mof
 from logos.grammar import validate
 from logos.records import RecordError, WorkItem
 
@@ -32,7 +34,7 @@ BROKEN = {
 
 
 def split(name: str) -> tuple[str, list[str]]:
-    return mof.split_framework(crystal.read_cif_block((ASSETS / f"{name}.cif").read_text()))
+    return materials.split_framework(materials.read_cif_block((ASSETS / f"{name}.cif").read_text()))
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -57,7 +59,7 @@ def node_of_timmim() -> str:
 
 
 def test_matching_fallback_agrees_with_xyz2mol(monkeypatch):
-    monkeypatch.setattr(mof, "MAX_VALENCE_CHOICES", 0)  # force the matching path
+    monkeypatch.setattr(framework, "MAX_VALENCE_CHOICES", 0)  # force the matching path
     for name, expected in EXPECTED.items():
         assert split(name) == (expected[0], sorted(Chem.CanonSmiles(s) for s in expected[1]))
 
@@ -83,7 +85,7 @@ def test_cli_tokenize_and_detokenize(tmp_path, capsys):
     edusif = next(r for r in recs if r["id"] == "EDUSIF_clean")
     assert edusif["text"] == f"<MaterialS><MetalS>Zn4O<MetalE><MoleculeS>{BDC}<MoleculeE><MaterialE>"
 
-    assert mof.known_nodes([out]) == {"Zn4O", "Cu2", "Zn", node_of_timmim()}
+    assert materials.known_nodes([out]) == {"Zn4O", "Cu2", "Zn", node_of_timmim()}
 
     assert main(["detokenize", str(out), "-o", str(tmp_path / "mof.json"), "-q"]) == 0
     objs = json.loads((tmp_path / "mof.json").read_text())
@@ -96,15 +98,15 @@ def test_cli_tokenize_and_detokenize(tmp_path, capsys):
 
 def test_mof_validity():
     good = f"<MaterialS><MetalS>Zn4O<MetalE><MoleculeS>{BDC}<MoleculeE><MaterialE>"
-    assert mof.mof_validity(good, {"Zn4O", "Cu2"})["valid"]
-    r = mof.mof_validity(good.replace("Zn4O", "Zn9"), {"Zn4O"})
+    assert materials.mof_validity(good, {"Zn4O", "Cu2"})["valid"]
+    r = materials.mof_validity(good.replace("Zn4O", "Zn9"), {"Zn4O"})
     assert not r["valid"] and "not seen" in r["reasons"][0]
     bad = good.replace(BDC, "c1ccc1C(")
-    assert not mof.mof_validity(bad, {"Zn4O"})["valid"]
+    assert not materials.mof_validity(bad, {"Zn4O"})["valid"]
 
 
 def test_validity_report_sorts_crystals_and_mofs():
-    from logos.materials_validity import validity_report
+    from logos.materials.validity import validity_report
 
     good = f"<MaterialS><MetalS>Zn4O<MetalE><MoleculeS>{BDC}<MoleculeE><MaterialE>"
     nacl = ("<CrystalS><sg225> 5.640 5.640 5.640 90.00 90.00 90.00 "

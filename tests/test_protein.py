@@ -13,10 +13,9 @@ import pytest
 from Bio import SeqIO
 from rdkit import Chem
 
-from logos import structure
 from logos.cli import build_parser
 from logos.decode import detokenize_file
-from logos.domains import DOMAINS, detect, encoder_options, pocket, protein
+from logos.domains import DOMAINS, detect, encoder_options, pocket, protein, structure
 from logos.domains.base import WriterOptions
 from logos.encode import tokenize_files
 from logos.grammar import validate

@@ -10,8 +10,8 @@ one plain-chains record (domain ``protein``).
 Ligands come from ``--ligand FILE`` (SDF or MOL2, every molecule in it is posed against every
 structure input; RDKit reads the bond orders from the file; ``--ligand auto`` pairs each
 ``X_protein.pdb`` with the ``X_ligand.sdf`` beside it) or, by default, from the structure's
-own hetero groups (:mod:`logos.structure`: at least 6 heavy atoms, not water/ion/buffer/glycan;
-bond orders and charges from the PDB Chemical Component Dictionary, never guessed).
+own hetero groups (:mod:`logos.domains.structure`: at least 6 heavy atoms, not water/ion/buffer/glycan;
+bond orders and charges from the PDB Chemical Component Dictionary, never guessed: :mod:`logos.domains.ccd`).
 
 Pocket marks. A residue with any heavy atom within ``--pocket-cutoff`` (5.0 A) of any ligand heavy
 atom is written ``<PocketS>K<aI><aJ><PocketE>``: ``<aI>`` lists the ligand heavy atoms within
@@ -44,8 +44,7 @@ from typing import Iterator
 
 from rdkit import Chem
 
-from logos import structure
-from logos.domains import protein
+from logos.domains import ccd, protein, structure
 from logos.domains.base import CsvWriter, Domain, JsonArrayWriter, option
 from logos.domains.molecule import OPEN as MOL_OPEN, CLOSE as MOL_CLOSE, molecules_in_text, parse_molblock
 from logos.records import InputError, RecordError, WorkItem, open_text
@@ -104,7 +103,7 @@ def _ligand_blocks(path: Path) -> Iterator[str]:
 
 
 # ---------------------------------------------------------------- encoding
-def _file_ligand(payload: dict) -> structure.Ligand:
+def _file_ligand(payload: dict) -> ccd.Ligand:
     if payload["mol2"]:
         mol = Chem.MolFromMol2Block(payload["block"], sanitize=True, removeHs=True)
         if mol is None:
@@ -114,19 +113,19 @@ def _file_ligand(payload: dict) -> structure.Ligand:
             mol = parse_molblock(payload["block"])
         except RecordError as e:
             raise RecordError(f"ligand {payload['label']}: {e}") from None
-    return structure.ligand_from_mol(mol, payload["label"])
+    return ccd.ligand_from_mol(mol, payload["label"])
 
 
-def _hetero_ligand(st: structure.Structure, k: int) -> structure.Ligand:
+def _hetero_ligand(st: structure.Structure, k: int) -> ccd.Ligand:
     res, chain = st.ligand_residues[k], st.ligand_chains[k]
     icode = res.seqid.icode.strip()
     label = f"{res.name} {chain}/{res.seqid.num}{icode}"
-    mol, names = structure.ccd_mol(res)  # errors name the ligand; the record source names its residue
-    return structure.Ligand(mol, label, names, {"name": res.name, "chain": chain, "number": res.seqid.num,
+    mol, names = ccd.ccd_mol(res)  # errors name the ligand; the record source names its residue
+    return ccd.Ligand(mol, label, names, {"name": res.name, "chain": chain, "number": res.seqid.num,
                                                 "icode": icode})
 
 
-def ligand_span(lig: structure.Ligand) -> tuple[str, list[int]]:
+def ligand_span(lig: ccd.Ligand) -> tuple[str, list[int]]:
     """The ligand's molecule span and, per molecule atom index, its position in the written SMILES."""
     if lig.mol.GetNumAtoms() > MAX_LIGAND_ATOMS:
         raise RecordError(f"ligand {lig.label}: {lig.mol.GetNumAtoms()} heavy atoms; <aK> tokens stop at "
@@ -147,7 +146,7 @@ def ligand_span(lig: structure.Ligand) -> tuple[str, list[int]]:
     return MOL_OPEN + smiles + MOL_CLOSE, rank
 
 
-def encode_structure(st: structure.Structure, lig: structure.Ligand, opts: PocketOptions) -> tuple[str, dict]:
+def encode_structure(st: structure.Structure, lig: ccd.Ligand, opts: PocketOptions) -> tuple[str, dict]:
     """Grammar text and meta of one structure-ligand pair in ``opts.form``."""
     span, rank = ligand_span(lig)
     raw = structure.pocket_contacts(st, lig.coords, opts.pocket_cutoff, opts.contact_cutoff)

@@ -3,7 +3,7 @@
 Records. A FASTA file gives one record per sequence. A structure read with ``--domain protein``
 gives one record per structure: one span per protein chain, in file order (the structure reading
 rules - first model, highest-occupancy altloc, modified residues to their parent letter, ignored
-hetero groups - are in :mod:`logos.structure`). Structures are detected as the ``pocket`` domain
+hetero groups - are in :mod:`logos.domains.structure`). Structures are detected as the ``pocket`` domain
 by default, which writes the complex form when a ligand is present (see
 :mod:`logos.domains.pocket`).
 
@@ -141,7 +141,7 @@ def chain_meta(chain) -> dict:
 
 def chains_text(chains, opts: ProteinOptions, pockets: dict | None = None, atoms: bool = True) -> str:
     """Grammar text of structure chains; ``pockets`` maps (chain, residue) -> contacted ligand atoms."""
-    from logos import structure
+    from logos.domains import structure
 
     pockets = pockets or {}
     tag = ("<AntibodyS>", "<AntibodyE>") if opts.antibody else ("<ProteinS>", "<ProteinE>")
@@ -337,7 +337,7 @@ class ProteinDomain(Domain):
 
     def encode(self, item: WorkItem, opts: ProteinOptions) -> list[dict]:
         if item.extra.get("structure"):
-            from logos import structure
+            from logos.domains import structure
 
             st = structure.read_structure(Path(item.payload), seqres=opts.seqres)
             return [structure_record(st, opts, item.source, item.id)]

@@ -11,31 +11,39 @@ A crystal text is checked four ways (each independent, each with a reason when i
 - space-group consistency: spglib, at ``SYMPREC`` = 0.1 Angstrom, finds the stated space group in
   the expanded cell;
 - multiplicity consistency: every written Wyckoff letter exists in the stated group and its
-  multiplicity (International Tables, :mod:`logos.wyckoff`) equals the number of atoms the site
-  expands to, so the written letters reproduce the composition.
+  multiplicity (International Tables, :mod:`logos.materials.wyckoff`) equals the number of atoms
+  the site expands to, so the written letters reproduce the composition.
 
 :func:`check_crystal` runs them on one text; :func:`summarize` gives rates over many texts.
-MOFs: :func:`logos.domains.mof.mof_validity`. :func:`validity_report` is the one call a generation
-summary needs: it sorts texts into crystals and MOFs and reports both.
+A MOF text (:func:`mof_validity`) is valid when every linker parses as a molecule (RDKit) and its
+node is one seen in the training data (:func:`known_nodes` of the tokenized training files).
+:func:`validity_report` is the one call a generation summary needs: it sorts texts into crystals and
+MOFs and reports both.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
+from pathlib import Path
 from typing import Iterable
 
 import numpy as np
 import spglib
 from scipy.spatial import cKDTree
 
-from logos.domains import crystal as C
+from logos.domains.molecule import parse_smiles
 from logos.grammar import GrammarError, validate
-from logos.records import RecordError
-from logos.wyckoff import multiplicity
+from logos.materials.crystal import Crystal, periodic_images, position_groups
+from logos.materials.framework import METAL_OPEN, OPEN as MOF_OPEN, parse_mof_text
+from logos.materials.symmetry import expand, quiet_spglib, unit_cell
+from logos.materials.text import OPEN as CRYSTAL_OPEN, parse_crystal_text
+from logos.materials.wyckoff import multiplicity
+from logos.records import RecordError, read_records
 
 __all__ = ["CrystalValidity", "check_crystal", "validity_report", "structural_validity", "compositional_validity",
-           "space_group_consistency", "multiplicity_consistency", "summarize", "MIN_DISTANCE", "MIN_VOLUME"]
+           "space_group_consistency", "multiplicity_consistency", "summarize", "mof_validity", "known_nodes",
+           "MIN_DISTANCE", "MIN_VOLUME", "SYMPREC"]
 
 MIN_DISTANCE = 0.5  # Angstrom
 MIN_VOLUME = 0.1  # Angstrom^3
@@ -61,25 +69,22 @@ class CrystalValidity:
         return {**asdict(self), "valid": self.valid}
 
 
-def _merged(cell: C.Crystal) -> tuple[np.ndarray, list[dict[str, float]]]:
-    """Distinct positions (fractional) and the species with occupancy on each."""
-    matrix = cell.matrix()
+def _merged(cell: Crystal) -> tuple[np.ndarray, list[dict[str, float]]]:
+    """Distinct positions (fractional, closer than 0.001 A merged) and the species with occupancy on each."""
+    frac = np.array([s.frac for s in cell.sites], dtype=float) % 1.0
     positions: list[np.ndarray] = []
     species: list[dict[str, float]] = []
-    for s in cell.sites:
-        p = np.asarray(s.frac, dtype=float) % 1.0
-        for k, q in enumerate(positions):
-            d = (p - q) - np.round(p - q)
-            if np.linalg.norm(d @ matrix) < 1e-3:
-                species[k][s.element] = species[k].get(s.element, 0.0) + s.occ
-                break
-        else:
-            positions.append(p)
-            species.append({s.element: s.occ})
+    for members in position_groups(frac, cell.matrix(), 1e-3):
+        positions.append(frac[members[0]])
+        on_site: dict[str, float] = {}
+        for j in members:
+            s = cell.sites[j]
+            on_site[s.element] = on_site.get(s.element, 0.0) + s.occ
+        species.append(on_site)
     return np.array(positions), species
 
 
-def structural_validity(cell: C.Crystal, min_distance: float = MIN_DISTANCE,
+def structural_validity(cell: Crystal, min_distance: float = MIN_DISTANCE,
                         min_volume: float = MIN_VOLUME) -> tuple[bool, str]:
     """(ok, reason) for a full unit cell: all distances >= min_distance, volume >= min_volume."""
     matrix = cell.matrix()
@@ -92,11 +97,7 @@ def structural_validity(cell: C.Crystal, min_distance: float = MIN_DISTANCE,
             return False, f"atoms closer than 0.001 A ({', '.join(sp)})"
     cart = positions @ matrix
     # every image within min_distance of the home cell: enough cells to cover the thinnest width
-    widths = volume / np.linalg.norm(np.cross(matrix[[1, 2, 0]], matrix[[2, 0, 1]]), axis=1)
-    reps = np.ceil(min_distance / widths).astype(int)
-    shifts = np.array([(i, j, k) for i in range(-reps[0], reps[0] + 1) for j in range(-reps[1], reps[1] + 1)
-                       for k in range(-reps[2], reps[2] + 1)])
-    images = (cart[None] + (shifts @ matrix)[:, None]).reshape(-1, 3)
+    _, images = periodic_images(cart, matrix, min_distance)
     dist, _ = cKDTree(images).query(cart, k=2)  # nearest is the atom itself
     shortest = float(dist[:, 1].min()) if len(images) > 1 else float("inf")
     if shortest < min_distance:
@@ -105,7 +106,7 @@ def structural_validity(cell: C.Crystal, min_distance: float = MIN_DISTANCE,
     return True, ""
 
 
-def _composition(cell: C.Crystal) -> dict[str, int]:
+def _composition(cell: Crystal) -> dict[str, int]:
     counts: dict[str, Fraction] = {}
     for s in cell.sites:
         counts[s.element] = counts.get(s.element, Fraction(0)) + Fraction(s.occ).limit_denominator(1000)
@@ -130,12 +131,12 @@ def compositional_validity(composition: dict[str, int] | str) -> tuple[bool, str
     return ok, "" if ok else f"{comp.reduced_formula}: no charge-neutral, electronegativity-ordered oxidation states"
 
 
-def space_group_consistency(cell: C.Crystal, stated: int, symprec: float = SYMPREC) -> tuple[bool, str]:
+def space_group_consistency(cell: Crystal, stated: int, symprec: float = SYMPREC) -> tuple[bool, str]:
     positions, species = _merged(cell)
     kinds: dict[tuple, int] = {}
     types = [kinds.setdefault(tuple(sorted((e, round(o, 3)) for e, o in sp.items())), len(kinds) + 1) for sp in species]
     try:
-        with C.quiet_spglib():
+        with quiet_spglib():
             ds = spglib.get_symmetry_dataset((cell.matrix(), positions, types), symprec=symprec)
     except Exception as e:
         return False, f"spglib: {e}"
@@ -146,7 +147,7 @@ def space_group_consistency(cell: C.Crystal, stated: int, symprec: float = SYMPR
     return True, ""
 
 
-def multiplicity_consistency(asym: C.Crystal, sizes: list[int]) -> tuple[bool, str]:
+def multiplicity_consistency(asym: Crystal, sizes: list[int]) -> tuple[bool, str]:
     problems = []
     for site, size in zip(asym.sites, sizes):
         try:
@@ -164,8 +165,8 @@ def check_crystal(text: str) -> CrystalValidity:
     out = CrystalValidity()
     try:
         validate(text)
-        asym, sizes = C.expand(C.parse_crystal_text(text))
-        cell = C.unit_cell(asym)
+        asym, sizes = expand(parse_crystal_text(text))
+        cell = unit_cell(asym)
     except (GrammarError, RecordError) as e:
         out.reasons.append(str(e))
         return out
@@ -201,20 +202,49 @@ def summarize(texts: Iterable[str]) -> dict:
     }
 
 
+# ---------------------------------------------------------------- MOFs
+def mof_validity(text: str, known_nodes: set[str] | None = None) -> dict:
+    """Validity of a generated MOF: linkers parse (RDKit) and the node was seen in training."""
+    node, linkers = parse_mof_text(text)
+    bad = []
+    for s in linkers:
+        try:
+            parse_smiles(s)
+        except RecordError as e:
+            bad.append(str(e))
+    result = {"node": node, "linkers_valid": bool(linkers) and not bad,
+              "node_known": None if known_nodes is None else node in known_nodes, "reasons": bad}
+    result["valid"] = result["linkers_valid"] and result["node_known"] is not False
+    if result["node_known"] is False:
+        result["reasons"].append(f"node {node!r} not seen in the training data")
+    return result
+
+
+def known_nodes(paths: Iterable[Path]) -> set[str]:
+    """The node strings of every MOF record in tokenized JSONL files (the training data)."""
+    nodes = set()
+    for path in paths:
+        for rec in read_records(Path(path)):
+            if METAL_OPEN in rec["text"]:
+                try:
+                    nodes.add(parse_mof_text(rec["text"])[0])
+                except RecordError:
+                    continue
+    return nodes
+
+
 def validity_report(texts: Iterable[str], known_nodes: set[str] | None = None) -> dict:
     """Validity rates of generated materials: crystal texts (all four checks) and MOF texts
     (linkers parse, node seen in training when ``known_nodes`` is given)."""
-    from logos.domains import mof
-
     texts = list(texts)
-    crystals = [t for t in texts if t.lstrip().startswith(C.OPEN)]
-    mofs = [t for t in texts if t.lstrip().startswith(mof.OPEN)]
+    crystals = [t for t in texts if t.lstrip().startswith(CRYSTAL_OPEN)]
+    mofs = [t for t in texts if t.lstrip().startswith(MOF_OPEN)]
     report: dict = {"crystal": summarize(crystals)}
     results = []
     for t in mofs:
         try:
             validate(t)
-            results.append(mof.mof_validity(t, known_nodes))
+            results.append(mof_validity(t, known_nodes))
         except (GrammarError, RecordError) as e:
             results.append({"valid": False, "linkers_valid": False, "node_known": None, "reasons": [str(e)]})
     n = len(results)

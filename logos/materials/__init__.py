@@ -1,0 +1,48 @@
+"""Crystals and metal-organic frameworks: data model, symmetry, grammar text, CIF writing, MOF split, validity.
+
+One module per job; the domain adapters :mod:`logos.domains.crystal` and :mod:`logos.domains.mof`
+put them behind the :class:`~logos.domains.base.Domain` interface.
+
+- :mod:`~logos.materials.crystal`: the ``Crystal``/``Site`` data model, lattice math, readers (CIF
+  blocks via gemmi, pymatgen ``Structure`` JSON, POSCAR);
+- :mod:`~logos.materials.symmetry`: spglib analysis, the operations of a space group's standard
+  setting, snapping, orbits, expansion to the unit cell;
+- :mod:`~logos.materials.wyckoff`: Wyckoff multiplicities of the 230 space groups;
+- :mod:`~logos.materials.text`: grammar text <-> Crystal (canonical form, precision);
+- :mod:`~logos.materials.cif`: CIF writing;
+- :mod:`~logos.materials.bonds`: covalent bonds and connected components under periodic boundaries;
+- :mod:`~logos.materials.framework`: the MOF split (node formula, linker SMILES) and MOF text;
+- :mod:`~logos.materials.validity`: validity of generated crystals and MOFs.
+
+The main functions and classes are importable from the package too (``from logos.materials import
+encode_crystal``); constants (the grammar tokens, tolerances) from their modules.
+"""
+
+import os
+
+# spglib's C core prints search diagnostics ("ssm_get_exact_positions failed") to stderr; the
+# encoder reports failures itself, one line per record. Set before any module here imports spglib.
+os.environ.setdefault("SPGLIB_WARNING", "OFF")
+
+from logos.materials.bonds import components, periodic_bonds  # noqa: E402
+from logos.materials.cif import crystal_to_cif  # noqa: E402
+from logos.materials.crystal import (Crystal, Site, cif_blocks, count_crystals, crystal_from_dict,  # noqa: E402
+                                     crystal_from_poscar, crystal_from_pymatgen, lattice_matrix, lattice_parameters,
+                                     load, read_cif_block, read_crystal_file)
+from logos.materials.framework import encode_framework, parse_mof_text, split_framework  # noqa: E402
+from logos.materials.symmetry import expand, orbit, space_group_operations, symmetry_dataset, unit_cell  # noqa: E402
+from logos.materials.text import decode_text, encode_crystal, parse_crystal_text  # noqa: E402
+from logos.materials.validity import (CrystalValidity, check_crystal, compositional_validity,  # noqa: E402
+                                      known_nodes, mof_validity, multiplicity_consistency, space_group_consistency,
+                                      structural_validity, summarize, validity_report)
+from logos.materials.wyckoff import multiplicity  # noqa: E402
+
+__all__ = [
+    "Crystal", "Site", "lattice_matrix", "lattice_parameters", "cif_blocks", "read_crystal_file", "count_crystals",
+    "read_cif_block", "crystal_from_dict", "crystal_from_pymatgen", "crystal_from_poscar", "load",
+    "symmetry_dataset", "space_group_operations", "orbit", "expand", "unit_cell", "multiplicity",
+    "encode_crystal", "parse_crystal_text", "decode_text", "crystal_to_cif",
+    "periodic_bonds", "components", "split_framework", "encode_framework", "parse_mof_text",
+    "CrystalValidity", "check_crystal", "structural_validity", "compositional_validity", "space_group_consistency",
+    "multiplicity_consistency", "summarize", "mof_validity", "known_nodes", "validity_report",
+]
