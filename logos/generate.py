@@ -172,9 +172,10 @@ class TaskMask:
         tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
         banned = torch.zeros(vocab_rows, dtype=torch.bool)
         banned[len(tokenizer):] = True
-        symbols = set(special_tokens()) | {"<s>", "</s>", "<pad>", "<unk>"}
+        # grammar symbols and the tokenizer's own specials (<s>, <|endoftext|>, ...) unless the task writes them
+        symbols = set(special_tokens()) | set(tokenizer.all_special_tokens)
         for i, t in enumerate(tokens):
-            if (t in symbols and t not in allowed_symbols) or BYTE_TOKEN.fullmatch(t or ""):
+            if (t in symbols and t not in allowed_symbols and i != close_id) or BYTE_TOKEN.fullmatch(t or ""):
                 banned[i] = True
         self.banned = banned
         self.close_id = close_id
@@ -230,6 +231,16 @@ def molecule_metrics(texts: list[str], reference: set[str] | None = None) -> tup
     return canon, len(unique), novel
 
 
+def _document_start(checkpoint: Path, tok) -> int:
+    """The token that starts every training document: the shards' recorded one, else BOS, else EOS (Qwen)."""
+    from logos.export import load_run_info
+
+    recorded = (load_run_info(checkpoint).get("shards") or {}).get("bos_id")
+    if recorded is not None:
+        return int(recorded)
+    return tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+
+
 def _prompts(task: str, inputs: list[str] | None, n: int) -> list[tuple[str, str]]:
     """(id, prompt text without <s>) pairs."""
     from logos.domains import molecule, reaction
@@ -254,6 +265,7 @@ def generate(checkpoint: Path, out: Path, task: str = "molecule", n: int = 100, 
              constrained: bool = True, writer_options=None) -> GenerateResult:
     """Sample ``n`` molecules (or ``n`` reactant sets per product) and write them to ``out`` by suffix."""
     from logos.domains import molecule, reaction, writer_for
+    from logos.grammar import special_tokens
 
     start = time.perf_counter()
     out = Path(out)
@@ -267,7 +279,10 @@ def generate(checkpoint: Path, out: Path, task: str = "molecule", n: int = 100, 
     if task == "molecule":
         allowed, close = {molecule.CLOSE}, tok.convert_tokens_to_ids(molecule.CLOSE)
     else:
-        allowed, close = {molecule.OPEN, molecule.CLOSE, reaction.REAGENT, "</s>"}, tok.eos_token_id
+        allowed, close = {molecule.OPEN, molecule.CLOSE, reaction.REAGENT}, tok.eos_token_id
+    start_id, pad_id = _document_start(checkpoint, tok), tok.pad_token_id
+    pad_id = pad_id if pad_id is not None else tok.eos_token_id  # Llama-3: no pad token (left padding is masked)
+    extra_specials = [t for t in tok.all_special_tokens if t not in set(special_tokens())]
     vocab_rows = model.get_output_embeddings().weight.shape[0]
     torch.manual_seed(seed)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -281,9 +296,9 @@ def generate(checkpoint: Path, out: Path, task: str = "molecule", n: int = 100, 
     try:
         for b in range(0, len(prompts), batch_size):
             chunk = prompts[b:b + batch_size]
-            ids = [[tok.bos_token_id] + tok(p, add_special_tokens=False)["input_ids"] for _, p in chunk]
+            ids = [[start_id] + tok(p, add_special_tokens=False)["input_ids"] for _, p in chunk]
             width = max(map(len, ids))
-            input_ids = torch.tensor([[tok.pad_token_id] * (width - len(x)) + x for x in ids])  # left padding
+            input_ids = torch.tensor([[pad_id] * (width - len(x)) + x for x in ids])  # left padding
             attention = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids])
             mask = TaskMask(tok, vocab_rows, allowed, close, width,
                             max(2, max_new_tokens - GRAMMAR_SLACK) if constrained else max_new_tokens)
@@ -293,13 +308,15 @@ def generate(checkpoint: Path, out: Path, task: str = "molecule", n: int = 100, 
                 gen = model.generate(input_ids=input_ids, attention_mask=attention, do_sample=True,
                                      temperature=temperature, top_k=top_k, top_p=top_p,
                                      max_new_tokens=max_new_tokens, eos_token_id=[close],
-                                     pad_token_id=tok.pad_token_id, logits_processor=[mask], use_cache=True)
+                                     pad_token_id=pad_id, logits_processor=[mask], use_cache=True)
             for (ident, prompt), row in zip(chunk, gen[:, width:].tolist()):
                 if close in row:
                     row = row[: row.index(close) + 1]
                 n_tokens += len(row)
                 body = tok.decode(row, skip_special_tokens=False)  # never skip: tags are content
-                text = (prompt + body).replace("</s>", "").replace("<pad>", "")
+                text = prompt + body
+                for special in extra_specials:  # </s>, <|endoftext|>, padding: not grammar text
+                    text = text.replace(special, "")
                 texts.append(text)
                 try:
                     writer.write({"text": text, "id": ident, "source": f"generate:{ident}"})

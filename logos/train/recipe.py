@@ -224,7 +224,18 @@ def _build(cls, values: dict, section: str):
     unknown = sorted(set(values) - known)
     if unknown:
         raise ConfigError(f"unknown key(s) in {section}: {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-    return cls(**values)
+    values = dict(values)
+    for f in fields(cls):
+        if f.name in values and f.type in ("float", "float | None") and isinstance(values[f.name], (str, int)) \
+                and not isinstance(values[f.name], bool):
+            try:  # YAML 1.1 reads 3e-4 (no dot) as a string; ints are fine floats
+                values[f.name] = float(values[f.name])
+            except ValueError:
+                raise ConfigError(f"{section}.{f.name} must be a number, got {values[f.name]!r}") from None
+    try:
+        return cls(**values)
+    except TypeError as e:
+        raise ConfigError(f"{section}: {e}") from None
 
 
 def _parse_override(item: str) -> tuple[str, str, object]:
