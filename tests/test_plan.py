@@ -109,11 +109,18 @@ def test_scale_presets_merge_their_deepspeed_json(name, stage):
 
 
 def test_every_deepspeed_json_loads_and_offload_variants_offload():
-    for path in sorted((REPO / "pretrain").glob("ds_*.json")):
+    paths = sorted((REPO / "pretrain").glob("ds_*.json"))
+    assert {"ds_zero2.json", "ds_zero2_offload.json", "ds_zero3.json", "ds_zero3_offload.json"} <= {
+        p.name for p in paths}
+    for path in paths:
         cfg = json.loads(path.read_text())
         assert cfg["zero_optimization"]["stage"] in (2, 3)
+        if path.name.startswith(("ds_zero2", "ds_zero3")):
+            assert cfg["zero_optimization"]["stage"] == int(path.name[len("ds_zero")])
         if "offload" in path.name:
             assert cfg["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+        else:
+            assert cfg["zero_optimization"].get("offload_optimizer", {}).get("device", "none") == "none"
 
 
 def test_stage_mismatch_is_a_clear_error():
