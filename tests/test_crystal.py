@@ -11,10 +11,10 @@ import pytest
 
 from logos.cli import main
 from logos.data import DATASETS
-from logos.domains import crystal, detect, mof
+from logos.domains import crystal, detect, mof, pocket
 from logos.grammar import validate
 from logos.materials_validity import check_crystal, compositional_validity, summarize
-from logos.records import InputError, WorkItem
+from logos.records import WorkItem
 from logos.wyckoff import MULTIPLICITY, multiplicity
 
 pymatgen = pytest.importorskip("pymatgen")
@@ -118,6 +118,7 @@ def test_pymatgen_json_and_poscar(tmp_path, capsys):
     assert len(recs) == 4
     inputs = [Structure.from_dict(d) for d in json.loads((ASSETS / "mp_dielectric_3.json").read_text())]
     inputs.append(Structure.from_file(ASSETS / "mp_dielectric_10.vasp"))
+    assert len(inputs) == len(recs)  # 3 structures in the JSON list + 1 POSCAR
     for rec, s_in in zip(recs, inputs):
         s_out = pmg(crystal.crystal_to_cif(crystal.decode_text(rec["text"]), "x"), text=True)
         assert StructureMatcher().fit(s_in, s_out)
@@ -145,11 +146,8 @@ def test_symprec_option_recorded(tmp_path, capsys):
 def test_cif_told_apart_by_content():
     assert detect(ASSETS / "NaCl.cif") is crystal
     assert detect(ASSETS / "mp_dielectric_3.json") is crystal
-    assert not crystal.claims(ASSETS / "protein_like.cif")  # mmCIF: the protein domain's
-    try:
-        assert detect(ASSETS / "protein_like.cif") is not crystal
-    except InputError:
-        pass  # no structure domain registered in this checkout
+    assert not crystal.claims(ASSETS / "protein_like.cif")  # mmCIF (_atom_site. table): a structure, not a crystal
+    assert detect(ASSETS / "protein_like.cif") is pocket
     assert not mof.claims(ASSETS / "NaCl.cif")
 
 
@@ -165,8 +163,13 @@ def test_broken_cifs_one_clear_error_each_and_good_records_kept(tmp_path, capsys
         assert len(hits) == 1 and reason in hits[0]["reason"], (name, hits)
     assert any("block2_no_cell" in e["source"] and "missing cell" in e["reason"] for e in errors)
     recs = records(out)
-    assert len(recs) == 1 + 2 + 1  # NaCl, two good blocks of mixed_blocks.cif, one MP crystal
-    assert [r["id"] for r in recs[1:3]] == ["NaCl", "block3_mp_dielectric_4545"] or len(recs) == 4
+    # NaCl.cif; the two good blocks of mixed_blocks.cif (data_NaCl, data_block3_Li2TlBi); mp_dielectric_142.cif
+    # (data_PF5). Ids are the data block names, sources file:block.
+    assert [r["id"] for r in recs] == ["NaCl", "NaCl", "block3_Li2TlBi", "PF5"]
+    assert [r["source"] for r in recs] == [f"{ASSETS / 'NaCl.cif'}:NaCl", f"{ASSETS / 'mixed_blocks.cif'}:NaCl",
+                                           f"{ASSETS / 'mixed_blocks.cif'}:block3_Li2TlBi", f"{MP_CIFS[0]}:PF5"]
+    assert MP_CIFS[0].name == "mp_dielectric_142.cif"
+    assert recs[0]["text"] == recs[1]["text"] == NACL  # Cl at (1/2,1/2,1/2) is the same 4b orbit as (0,0,1/2)
     for r in recs:
         validate(r["text"])
 
