@@ -116,9 +116,14 @@ def test_generate_molecules_writes_files_and_metrics(tmp_path, suffix, constrain
     errors = _error_log(tmp_path / f"gen{suffix}.errors.jsonl")
     assert [e["source"] for e in errors] == [i for i, _ in invalid]
     assert all(e["reason"].endswith("| " + t) for e, (_, t) in zip(errors, invalid))
+    # Novelty against a reference that holds 3 of these molecules, written as sampled (not canonical).
+    seen = [re.fullmatch(r"<MoleculeS>(.+)<MoleculeE>", result.texts[ids.index(i)]).group(1) for i, _ in valid[:3]]
+    ref = tmp_path / "ref.smi"
+    ref.write_text("smiles\tid\n" + "".join(f"{smi}\tref-{k}\n" for k, smi in enumerate(seen)))
     again = generate(SHIPPED, tmp_path / "again.smi", n=n, batch_size=5, max_new_tokens=48, progress=False,
-                     constrained=constrained)
+                     constrained=constrained, reference=ref)
     assert again.texts == result.texts  # one seed, one result
+    assert again.novel == len({c for _, c in valid} - {_canonical(smi) for smi in seen}) == result.unique - 3
     other = generate(SHIPPED, tmp_path / "other.smi", n=n, batch_size=5, max_new_tokens=48, seed=1,
                      progress=False, constrained=constrained)
     assert other.texts != result.texts
