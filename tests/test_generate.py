@@ -160,9 +160,9 @@ def test_retrosynthesis_prompts(tmp_path):
     assert all(line.endswith(">" + (aspirin if i.startswith("product-1") else benzene)) for i, line in valid)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="logos bug: ReactionWriter (reaction_from_text) ignores span tags, so a retro "
-                   "sample cut off by max_new_tokens inside an open <MoleculeS> span is written to .rsmi and counted "
-                   "valid")
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="logos bug: ReactionWriter (reaction_from_text) ignores span tags, so a retro sample cut "
+                   "off by max_new_tokens inside an open <MoleculeS> span is written to .rsmi and counted valid")
 def test_retrosynthesis_truncated_sample_is_not_valid(tmp_path):
     """With 10 new tokens the 3rd sample stops mid-span ('...<MoleculeS>COc1cccc(Cl)c1NC(=O)C1c2ccccc2NC1=O',
     no <MoleculeE>): not a reaction text (the grammar rejects it), so it must go to the error log, not the file."""
