@@ -102,6 +102,7 @@ def _digest_in_copy(tmp_path, name: str, domain: str, edit: str | None = None) -
     root = tmp_path / name
     shutil.copytree(REPO / "logos", root / "logos", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "grammar", root / "grammar")
+    shutil.copy2(REPO / "pyproject.toml", root / "pyproject.toml")  # marks a source checkout (logos.resources)
     if edit:
         path = root / "logos" / edit
         path.write_text(path.read_text() + "\n# an encoder change\n")

@@ -12,14 +12,14 @@ import pytest
 from logos import materials as crystal
 from logos.cli import main
 from logos.data import DATASETS
-from logos.domains import DOMAINS, detect, mof
+from logos.domains import DOMAINS, detect
 from logos.domains.crystal import CrystalOptions
 from logos.grammar import validate
 from logos.materials.validity import check_crystal, compositional_validity, summarize
-from logos.records import InputError, RecordError, WorkItem
+from logos.materials.wyckoff import MULTIPLICITY, multiplicity
+from logos.records import RecordError, WorkItem
 
 CRYSTAL = DOMAINS["crystal"]
-from logos.materials.wyckoff import MULTIPLICITY, multiplicity
 
 pymatgen = pytest.importorskip("pymatgen")
 from pymatgen.analysis.structure_matcher import StructureMatcher  # noqa: E402
@@ -122,6 +122,7 @@ def test_pymatgen_json_and_poscar(tmp_path, capsys):
     assert len(recs) == 4
     inputs = [Structure.from_dict(d) for d in json.loads((ASSETS / "mp_dielectric_3.json").read_text())]
     inputs.append(Structure.from_file(ASSETS / "mp_dielectric_10.vasp"))
+    assert len(inputs) == len(recs)  # 3 structures in the JSON list + 1 POSCAR
     for rec, s_in in zip(recs, inputs):
         s_out = pmg(crystal.crystal_to_cif(crystal.decode_text(rec["text"]), "x"), text=True)
         assert StructureMatcher().fit(s_in, s_out)
@@ -149,11 +150,8 @@ def test_symprec_option_recorded(tmp_path, capsys):
 def test_cif_told_apart_by_content():
     assert detect(ASSETS / "NaCl.cif") is CRYSTAL
     assert detect(ASSETS / "mp_dielectric_3.json") is CRYSTAL
-    assert not CRYSTAL.claims(ASSETS / "protein_like.cif")  # mmCIF: the protein domain's
-    try:
-        assert detect(ASSETS / "protein_like.cif") is not CRYSTAL
-    except InputError:
-        pass  # no structure domain registered in this checkout
+    assert not CRYSTAL.claims(ASSETS / "protein_like.cif")  # mmCIF (_atom_site. table): a structure, not a crystal
+    assert detect(ASSETS / "protein_like.cif") is DOMAINS["pocket"]
     assert not DOMAINS["mof"].claims(ASSETS / "NaCl.cif")
 
 
@@ -169,8 +167,13 @@ def test_broken_cifs_one_clear_error_each_and_good_records_kept(tmp_path, capsys
         assert len(hits) == 1 and reason in hits[0]["reason"], (name, hits)
     assert any("block2_no_cell" in e["source"] and "missing cell" in e["reason"] for e in errors)
     recs = records(out)
-    assert len(recs) == 1 + 2 + 1  # NaCl, two good blocks of mixed_blocks.cif, one MP crystal
-    assert [r["id"] for r in recs[1:3]] == ["NaCl", "block3_mp_dielectric_4545"] or len(recs) == 4
+    # NaCl.cif; the two good blocks of mixed_blocks.cif (data_NaCl, data_block3_Li2TlBi); mp_dielectric_142.cif
+    # (data_PF5). Ids are the data block names, sources file:block.
+    assert [r["id"] for r in recs] == ["NaCl", "NaCl", "block3_Li2TlBi", "PF5"]
+    assert [r["source"] for r in recs] == [f"{ASSETS / 'NaCl.cif'}:NaCl", f"{ASSETS / 'mixed_blocks.cif'}:NaCl",
+                                           f"{ASSETS / 'mixed_blocks.cif'}:block3_Li2TlBi", f"{MP_CIFS[0]}:PF5"]
+    assert MP_CIFS[0].name == "mp_dielectric_142.cif"
+    assert recs[0]["text"] == recs[1]["text"] == NACL  # Cl at (1/2,1/2,1/2) is the same 4b orbit as (0,0,1/2)
     for r in recs:
         validate(r["text"])
 

@@ -1,4 +1,5 @@
-"""``logos plan`` and the scale presets: numbers equal DeepSpeed's estimators called directly."""
+"""``logos plan`` and the scale presets: parameter counts against published model sizes, ZeRO bytes against the
+per-parameter accounting worked by hand, and DeepSpeed's own estimators called directly."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import json
 import pytest
 
 from conftest import REPO
-from logos.config import load_recipe, padded_vocab
-from logos.plan import model_size, plan_rows
+from logos.train.recipe import load_recipe, padded_vocab
+from logos.plan import ModelSize, model_size, plan_rows
 from logos.train import ds_config
 
 
@@ -37,6 +38,65 @@ def test_8b_plan_matches_deepspeed_estimators(run_cli):
     assert code == 0
 
 
+def test_llama_3_2_1b_parameter_count_is_the_published_one():
+    """Llama-3.2-1B (meta-llama/Llama-3.2-1B config.json): the model card gives "1B (1.23B)", shared embeddings.
+
+    Exact figure: 1,235,814,400, which is what transformers builds and what the architecture gives by hand:
+    embeddings 128256 x 2048 (tied, counted once); per layer q/o 2048 x 2048 each, k/v 2048 x 512 each
+    (8 KV heads x head_dim 64), gate/up/down 3 x 2048 x 8192, two RMSNorms; a final RMSNorm. No biases.
+    """
+    from transformers import LlamaConfig
+
+    cfg = LlamaConfig(vocab_size=128256, hidden_size=2048, num_hidden_layers=16, num_attention_heads=32,
+                      num_key_value_heads=8, head_dim=64, intermediate_size=8192, tie_word_embeddings=True)
+    embed = 128256 * 2048
+    layer = 2 * 2048 * 2048 + 2 * 2048 * 512 + 3 * 2048 * 8192 + 2 * 2048
+    assert embed + 16 * layer + 2048 == 1_235_814_400
+    size = model_size(cfg)
+    assert size.total_params == 1_235_814_400
+    assert size.largest_layer_params == embed  # the (tied) embedding matrix is the largest single module
+
+
+def test_qwen3_8b_parameter_count_is_the_published_one():
+    """Qwen3-8B (Qwen/Qwen3-8B config.json): the model card gives 8.2B parameters, 6.95B non-embedding.
+
+    Exact figure: 8,190,735,360, which is what transformers builds and what the architecture gives by hand:
+    input embeddings and an untied LM head, 151936 x 4096 each; per layer q/o 4096 x 4096 each, k/v
+    4096 x 1024 each (8 KV heads x head_dim 128), QK-norm (2 x 128), gate/up/down 3 x 4096 x 12288, two
+    RMSNorms; a final RMSNorm. No biases. Non-embedding: 6,946,075,648 (the card's 6.95B).
+    """
+    from transformers import Qwen3Config
+
+    cfg = Qwen3Config(vocab_size=151936, hidden_size=4096, num_hidden_layers=36, num_attention_heads=32,
+                      num_key_value_heads=8, head_dim=128, intermediate_size=12288, tie_word_embeddings=False)
+    embed = 151936 * 4096
+    layer = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 2 * 128 + 3 * 4096 * 12288 + 2 * 4096
+    assert 2 * embed + 36 * layer + 4096 == 8_190_735_360
+    assert 36 * layer + 4096 == 6_946_075_648
+    size = model_size(cfg)
+    assert size.total_params == 8_190_735_360
+    assert size.largest_layer_params == embed  # embeddings and LM head: 151936 x 4096 each
+
+
+def test_zero0_and_zero1_bytes_worked_by_hand():
+    """The accounting of logos/plan.py's docstring, per parameter: 2 B of bf16 weights, then 18 B of
+    bf16 gradients (2) + fp32 gradients (4) + fp32 master weights (4) + Adam moments (8).
+    Stage 0 replicates all 20 B; stage 1 splits the 12 B of optimizer states (fp32 master + Adam) across
+    GPUs; stage 2 (DeepSpeed's estimator) splits all 18 B."""
+    n = 1_000_000
+    size = ModelSize(total_params=n, largest_layer_params=100_000)
+    rows = {r["stage"]: r for r in plan_rows(size, gpus_per_node=8, nodes=2)}  # 16 GPUs
+    assert rows[0]["gpu_bytes"] == 20_000_000                 # 20 B x 1e6
+    assert rows[1]["gpu_bytes"] == 8_000_000 + 750_000        # (2 + 2 + 4) B x 1e6 + 12 B x 1e6 / 16
+    assert rows[2]["gpu_bytes"] == 2_000_000 + 1_125_000      # 2 B x 1e6 + 18 B x 1e6 / 16
+    assert [rows[s]["node_gpu_bytes"] for s in (0, 1, 2)] == [160_000_000, 70_000_000, 25_000_000]  # x 8 GPUs
+    # CPU per node, DeepSpeed's stage-2 rule without offload: 4 B x params x GPUs per node x 1.5 buffer.
+    assert [rows[s]["node_cpu_bytes"] for s in (0, 1, 2)] == [48_000_000] * 3
+    # One GPU: nothing to split, so stage 1 costs what stage 0 does (20 B per parameter).
+    one = {r["stage"]: r for r in plan_rows(size, gpus_per_node=1, nodes=1)}
+    assert one[0]["gpu_bytes"] == one[1]["gpu_bytes"] == one[2]["gpu_bytes"] == 20_000_000
+
+
 @pytest.mark.parametrize("name,stage", [("1b", 2), ("3b", 2), ("8b", 3)])
 def test_scale_presets_merge_their_deepspeed_json(name, stage):
     recipe = load_recipe(REPO / "pretrain" / f"{name}.yaml")
@@ -49,15 +109,22 @@ def test_scale_presets_merge_their_deepspeed_json(name, stage):
 
 
 def test_every_deepspeed_json_loads_and_offload_variants_offload():
-    for path in sorted((REPO / "pretrain").glob("ds_*.json")):
+    paths = sorted((REPO / "pretrain").glob("ds_*.json"))
+    assert {"ds_zero2.json", "ds_zero2_offload.json", "ds_zero3.json", "ds_zero3_offload.json"} <= {
+        p.name for p in paths}
+    for path in paths:
         cfg = json.loads(path.read_text())
         assert cfg["zero_optimization"]["stage"] in (2, 3)
+        if path.name.startswith(("ds_zero2", "ds_zero3")):
+            assert cfg["zero_optimization"]["stage"] == int(path.name[len("ds_zero")])
         if "offload" in path.name:
             assert cfg["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+        else:
+            assert cfg["zero_optimization"].get("offload_optimizer", {}).get("device", "none") == "none"
 
 
 def test_stage_mismatch_is_a_clear_error():
-    from logos.config import ConfigError
+    from logos.train.recipe import ConfigError
 
     recipe = load_recipe(REPO / "pretrain" / "8b.yaml", ["train.zero_stage=2"])
     with pytest.raises(ConfigError, match="zero_optimization.stage 3"):

@@ -122,6 +122,7 @@ def test_sdf_ligand_pocket_equals_gemmi(tmp_path, ligand_file, structure_file):
     sdf = Chem.MolFromMolFile(str(ASSETS / ligand_file))
     decoded, obj = _decoded_pocket(tmp_path, rec)
     expected = _gemmi_pocket(ASSETS / structure_file, sdf.GetConformer().GetPositions())
+    assert len(expected) >= 10 and any(expected.values())  # a real pocket (20 and 15 residues), with contacts
     assert set(decoded) == set(expected)
     # <aK> -> SDF atom via the meta's atom names ("C12" = 12th SDF atom), checked against the SMILES graph.
     names = rec["meta"]["ligand"]["atoms"]
@@ -143,6 +144,7 @@ def test_hetero_ligands_pocket_equals_gemmi(tmp_path):
         xyz = np.array([a.pos.tolist() for a in res])
         decoded, obj = _decoded_pocket(tmp_path, rec)
         expected = _gemmi_pocket(path, xyz)
+        assert expected and any(expected.values())  # ADP: 20 pocket residues, JWG: 7
         assert set(decoded) == set(expected)
         for key, atoms in decoded.items():
             assert {names.index(rec["meta"]["ligand"]["atoms"][a]) for a in atoms} == expected[key]
@@ -152,7 +154,9 @@ def test_hetero_ligands_pocket_equals_gemmi(tmp_path):
         assert [a.GetSymbol().upper() for a in parsed.GetAtoms()] == [elements[n].upper() for n in lig["atoms"]]
     # The chain sequences are the modelled polymer residues, in order.
     chains = protein.parse_chains(records[0]["text"])
-    for ch, gch in zip(chains, [c for c in model if len(c.get_polymer())]):
+    polymers = [c for c in model if len(c.get_polymer())]
+    assert len(chains) == len(polymers) == 2  # 7ZTL: the kinase (A) and a peptide (B)
+    for ch, gch in zip(chains, polymers):
         letters = [gemmi.find_tabulated_residue(r.name).one_letter_code.upper() for r in gch.get_polymer()]
         assert ch.sequence == "".join(letters)
     # 7ZTL has a phosphothreonine: written as its parent T, its CCD name kept in meta.
@@ -310,30 +314,82 @@ def test_structure_datasets_registered():
     assert [(a.name, a.element.name) for a in st[0]["A"][0]] == [("N", "N"), ("HN2", "H"), ("CA", "C")]
 
 
-def test_altloc_keeps_highest_occupancy():
-    """1IA1 as deposited (posebusters conftest) has A/B altlocs: the higher-occupancy set is kept per residue."""
+_THREE_TO_ONE = {"ALA": "A", "ARG": "R", "ASN": "N", "ASP": "D", "CYS": "C", "GLN": "Q", "GLU": "E", "GLY": "G",
+                 "HIS": "H", "ILE": "I", "LEU": "L", "LYS": "K", "MET": "M", "PHE": "F", "PRO": "P", "SER": "S",
+                 "THR": "T", "TRP": "W", "TYR": "Y", "VAL": "V"}
+
+
+def _pdb_atoms(lines: list[str]) -> list[dict]:
+    """ATOM/HETATM records by their PDB column positions (plain text; no gemmi, no logos)."""
+    return [{"record": l[:6].strip(), "name": l[12:16].strip(), "altloc": l[16].strip(), "resname": l[17:20].strip(),
+             "chain": l[21], "number": int(l[22:26]), "icode": l[26].strip(), "occ": float(l[54:60]),
+             "xyz": (float(l[30:38]), float(l[38:46]), float(l[46:54]))}
+            for l in lines if l.startswith(("ATOM  ", "HETATM"))]
+
+
+def _kept(st, chain: str, number: int):
+    (res,) = [r for c in st.chains if c.name == chain for r in c.residues if r.number == number]
+    return res
+
+
+def test_altloc_keeps_highest_occupancy(tmp_path):
+    """1IA1 as deposited (posebusters conftest) has A/B altlocs. Hand-checked from its ATOM records:
+
+    - LYS B 150: CG, CD, CE, NZ are altloc A at occupancy 0.65 and altloc B at 0.35: A must be kept.
+    - SER A 98: OG is altloc A and B, both 0.50: a tie, which the documented rule breaks by the first letter, A.
+    - every other altloc pair in the file is 0.50/0.50, so the kept atoms are exactly those without an
+      altloc plus altloc A, one atom per name.
+    - the same file with LYS B 150's occupancies swapped (A 0.35, B 0.65): B must be kept.
+    """
     path = ASSETS / "1ia1_altloc.pdb.gz"
+    lines = gzip.open(path, "rt").read().splitlines(keepends=True)
+    raw = _pdb_atoms(lines)
     st = structure.read_structure(path)
-    raw = gemmi.read_structure(str(path))
-    raw.remove_hydrogens()
-    checked = 0
+    # The premise, from the records: LYS B 150 is the only residue whose altloc occupancies are not 0.50.
+    assert {(a["chain"], a["number"]) for a in raw if a["altloc"] and a["occ"] != 0.5} == {("B", 150)}
+    assert {a["altloc"] for a in raw} == {"", "A", "B"}
+
+    def expected(chain, number, altloc):
+        return [(a["name"], a["xyz"]) for a in raw if (a["chain"], a["number"]) == (chain, number)
+                and a["record"] == "ATOM" and a["altloc"] in ("", altloc)]
+
+    def matches(res, want) -> bool:
+        return res.atoms == [n for n, _ in want] and np.allclose(res.coords, [x for _, x in want], atol=1e-6)
+
+    lys = _kept(st, "B", 150)
+    assert lys.name == "LYS" and lys.atoms == ["N", "CA", "C", "O", "CB", "CG", "CD", "CE", "NZ"]
+    assert np.allclose(lys.coords[5], [7.274, 28.534, 2.474])  # CG A (B is at 6.623 30.308 2.056)
+    assert matches(lys, expected("B", 150, "A"))
+    ser = _kept(st, "A", 98)
+    assert ser.atoms == ["N", "CA", "C", "O", "CB", "OG"]
+    assert np.allclose(ser.coords[5], [31.523, 6.381, 24.171])  # OG A (B is at 33.477 6.305 23.954)
+
+    # The whole file: every protein residue keeps its no-altloc atoms plus altloc A, in file order.
+    n_checked = 0
     for chain in st.chains:
-        rch = raw[0][chain.name]
         for res in chain.residues:
-            group = rch[str(res.number) + res.icode]
-            atoms = [a for r in group if r.name == res.name for a in r]
-            occ: dict[str, list[float]] = {}
-            for a in atoms:
-                if a.altloc != "\0":
-                    occ.setdefault(a.altloc, []).append(a.occ)
-            if not occ:
-                continue
-            best = max(sorted(occ), key=lambda k: sum(occ[k]) / len(occ[k]))
-            expected = np.array([a.pos.tolist() for a in atoms if a.altloc in ("\0", best)])
-            assert np.allclose(res.coords, expected)
-            checked += 1
-    assert checked >= 10
-    assert [st.ligand_residues[k].name for k in range(len(st.ligand_residues))] == ["NDP", "NDP"]  # PO4 ignored
+            assert matches(res, expected(chain.name, res.number, "A")), (chain.name, res.number)
+            n_checked += 1
+    # The sequences are the ATOM residues in file order, each once (alternate conformers are not residues).
+    for chain in st.chains:
+        order = dict.fromkeys((a["number"], a["icode"], a["resname"]) for a in raw
+                              if a["record"] == "ATOM" and a["chain"] == chain.name)
+        assert chain.sequence == "".join(_THREE_TO_ONE[name] for _, _, name in order)
+    assert [c.name for c in st.chains] == ["A", "B"]
+    assert n_checked == len({(a["chain"], a["number"], a["icode"]) for a in raw if a["record"] == "ATOM"})
+    # HETATM groups in the file: PO4 A 201, NDP A 193, PO4 B 202, NDP B 195; phosphate is never a ligand.
+    assert [r.name for r in st.ligand_residues] == ["NDP", "NDP"]
+
+    # Swap LYS B 150's occupancies (columns 55-60): now altloc B has the higher occupancy and must win.
+    swapped = tmp_path / "1ia1_swapped.pdb"
+    swap = {"0.65": "0.35", "0.35": "0.65"}
+    swapped.write_text("".join(l[:54] + swap[l[54:60].strip()].rjust(6) + l[60:]
+                               if l.startswith("ATOM  ") and l[21] == "B" and int(l[22:26]) == 150 and l[16] != " "
+                               else l for l in lines))
+    lys_b = _kept(structure.read_structure(swapped), "B", 150)
+    assert lys_b.atoms == ["N", "CA", "C", "O", "CB", "CG", "CD", "CE", "NZ"]
+    assert matches(lys_b, expected("B", 150, "B"))
+    assert np.allclose(lys_b.coords[5], [6.623, 30.308, 2.056])  # CG B
 
 
 def test_generated_text_errors_are_one_line(tmp_path):
@@ -382,7 +438,9 @@ def test_seqres_places_unmodelled_residues(tmp_path):
     (full,), _, _ = _tokenize(tmp_path, [path], "--seqres", name="b.jsonl")
     st = gemmi.read_structure(str(path))
     st.setup_entities()
-    for c, (p, f) in enumerate(zip(protein.parse_chains(plain["text"]), protein.parse_chains(full["text"]))):
+    plain_chains, full_chains = protein.parse_chains(plain["text"]), protein.parse_chains(full["text"])
+    assert len(plain_chains) == len(full_chains) == len(full["meta"]["chains"]) == 2  # 2XHE: two protein chains
+    for c, (p, f) in enumerate(zip(plain_chains, full_chains)):
         ent = st.get_entity_of(st[0][full["meta"]["chains"][c]["id"]].get_polymer())
         assert len(f.sequence) == len(ent.full_sequence) > len(p.sequence)
         numbers = full["meta"]["chains"][c]["numbers"]
@@ -423,6 +481,7 @@ def test_mol2_ligand_pocket_equals_gemmi(tmp_path):
     names = [a.GetProp("_TriposAtomName") for a in mol.GetAtoms()]
     decoded, obj = _decoded_pocket(tmp_path, rec)
     expected = _gemmi_pocket(path, mol.GetConformer().GetPositions())
+    assert len(expected) >= 10 and any(expected.values())  # 27 pocket residues
     assert set(decoded) == set(expected)
     meta_names = rec["meta"]["ligand"]["atoms"]
     _smiles_order(mol, obj["ligand"][0], lambda k: names.index(meta_names[k]))
@@ -461,11 +520,13 @@ def test_hemes_are_refused_and_the_bound_ligand_written(tmp_path):
     assert not lines and len(rec["meta"]["chains"]) == 4
     sdf = Chem.MolFromMolFile(str(ASSETS / "1g9v_ligand.sdf"))
     decoded, _ = _decoded_pocket(tmp_path, rec)
-    assert set(decoded) == set(_gemmi_pocket(path, sdf.GetConformer().GetPositions()))
+    expected = _gemmi_pocket(path, sdf.GetConformer().GetPositions())
+    assert len(expected) >= 10 and set(decoded) == set(expected)  # 15 pocket residues
 
 
 def test_antibody_flag_on_fasta(tmp_path):
     records, _, _ = _tokenize(tmp_path, [ASSETS / "LuxC.faa"], "--antibody")
-    assert all(r["text"].startswith("<AntibodyS>") and r["text"].endswith("<AntibodyE>") for r in records)
+    expected = [str(r.seq) for r in SeqIO.parse(ASSETS / "LuxC.faa", "fasta")]
+    assert [r["text"] for r in records] == [f"<AntibodyS>{seq}<AntibodyE>" for seq in expected]
     out, _ = _detokenize(tmp_path, records[:1], ".fasta")
-    assert out.read_text().splitlines()[1] == records[0]["text"][len("<AntibodyS>"):][:80]
+    assert [str(r.seq) for r in SeqIO.parse(out, "fasta")] == expected[:1]

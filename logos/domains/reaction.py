@@ -83,18 +83,34 @@ def reaction_text(reactants: list[str], agents: list[str], products: list[str], 
 
 
 def reaction_from_text(text: str) -> tuple[list[str], list[str], list[str]]:
-    """(reactants, agents, products) SMILES as written in a forward or retro reaction text."""
+    """(reactants, agents, products) SMILES as written in a forward or retro reaction text.
+
+    Every molecule must be a closed ``<MoleculeS>SMILES<MoleculeE>`` span (a sample cut off inside a
+    span is not a reaction).
+    """
     groups: dict[str, list[str]] = {}
-    current = "first"
-    order = []
+    current, order, inside = "first", [], None  # inside: None outside a span, else the span's SMILES so far
     for piece in split_symbols(text):
-        if piece in (REACT, RETRO, REAGENT):
+        if piece == molecule.OPEN:
+            if inside is not None:
+                raise RecordError(f"{molecule.OPEN} inside an unclosed molecule span")
+            inside = ""
+        elif piece == molecule.CLOSE:
+            if not inside:
+                raise RecordError(f"empty or unopened molecule span before {molecule.CLOSE}")
+            groups.setdefault(current, []).append(inside)
+            inside = None
+        elif inside is not None:
+            if piece.startswith("<") and piece.endswith(">") and piece in (REACT, RETRO, REAGENT):
+                raise RecordError(f"{piece} inside an unclosed molecule span")
+            inside += piece
+        elif piece in (REACT, RETRO, REAGENT):
             current = piece
             order.append(piece)
-        elif piece == molecule.OPEN or piece == molecule.CLOSE:
-            continue
-        else:
-            groups.setdefault(current, []).append(piece)
+        elif piece.strip():
+            raise RecordError(f"text outside a molecule span: {piece[:40]!r}")
+    if inside is not None:
+        raise RecordError(f"unclosed {molecule.OPEN} span at the end of the text")
     first = groups.get("first", [])
     if REACT in order:
         return first, groups.get(REAGENT, []), groups.get(REACT, [])
