@@ -1,6 +1,6 @@
 """The shared tokenizer: SentencePiece BPE trained on grammar text, exported as a Hugging Face fast tokenizer.
 
-Choices (see NOTES.md for the measurements behind them):
+Choices (each measured on this project's CPU machines):
 
 - BPE, not unigram: the HF conversion reproduces SentencePiece's ids exactly for BPE.
 - Every grammar symbol (``logos.grammar.special_tokens()``, in id order) is a user-defined symbol,

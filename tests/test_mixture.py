@@ -53,13 +53,26 @@ def test_bad_mixtures_are_clear_errors(two_domain_shards):
         MixtureReader(base, {"crystal": 1.0})
 
 
-def test_training_with_a_mixture_reports_validation_loss_per_domain(two_domain_shards, tmp_path):
-    recipe = tiny_recipe(two_domain_shards, tmp_path / "run", max_steps=4, eval_every=4, log_every=2,
-                         mixture="{molecule: 1, reaction: 1}")
-    assert recipe.train.mixture == {"molecule": 0.5, "reaction": 0.5}
-    trainer = Trainer(recipe, progress=False, echo=lambda line: None)
-    trainer.train()
+def test_training_draws_its_rows_from_the_mixture(two_domain_shards, tmp_path):
+    """The trainer consumes exactly the mixture's rows: the per-domain token counts it logs equal those of the
+    rows MixtureReader hands out for its positions, and differ from the unmixed order's."""
+    steps, mb = 6, 8
+    recipe = tiny_recipe(two_domain_shards, tmp_path / "run", max_steps=steps, eval_every=steps, log_every=3,
+                         micro_batch=mb, mixture="{molecule: 1, reaction: 3}")
+    assert recipe.train.mixture == {"molecule": 0.25, "reaction": 0.75}
+    Trainer(recipe, progress=False, echo=lambda line: None).train()
     rows = list(csv.DictReader((tmp_path / "run" / "metrics.csv").open()))
     last = rows[-1]
+    logged = [int(last["tokens_molecule"]), int(last["tokens_reaction"])]
+
+    base = ShardReader(two_domain_shards, "train", seq_len=64, seed=0)
+    mixed = MixtureReader(base, {"molecule": 1.0, "reaction": 3.0})
+
+    def counts(row_ids):
+        dom = base.rows_at(row_ids).domains
+        return [int((dom == base.domains.index(d)).sum()) for d in ("molecule", "reaction")]
+
+    assert logged == counts(mixed.row_ids(0, steps * mb))
+    assert logged != counts(base.row_ids(0, steps * mb))  # the unmixed order would give other counts
+    assert logged[1] > logged[0]  # reactions are rare in the corpus but 3/4 of the rows here
     assert float(last["val_loss_molecule"]) > 0 and float(last["val_loss_reaction"]) > 0
-    assert float(last["loss_molecule"]) > 0 and float(last["loss_reaction"]) > 0

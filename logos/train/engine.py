@@ -20,7 +20,18 @@ import torch
 from logos.train.recipe import ConfigError, Recipe
 from logos.train.schedule import Schedule
 
-__all__ = ["ds_config", "build_engine"]
+__all__ = ["ds_config", "build_engine", "resolve_precision"]
+
+
+def resolve_precision(precision: str) -> str:
+    """``auto`` -> ``bf16`` on a GPU, ``bf16-autocast`` on a CPU with native bf16 (AVX512-BF16, AMX), else ``fp32``."""
+    if precision != "auto":
+        return precision
+    if torch.cuda.is_available():
+        return "bf16"
+    native = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)() or \
+        getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
+    return "bf16-autocast" if native else "fp32"
 
 
 def ds_config(recipe: Recipe, world_size: int) -> dict:
@@ -32,7 +43,7 @@ def ds_config(recipe: Recipe, world_size: int) -> dict:
         "train_batch_size": t.micro_batch * t.grad_accum * world_size,
         "gradient_clipping": t.grad_clip,
         "zero_optimization": {"stage": t.zero_stage},
-        "bf16": {"enabled": t.precision == "bf16"},
+        "bf16": {"enabled": resolve_precision(t.precision) == "bf16"},
         "zero_allow_untested_optimizer": True,
         "steps_per_print": 1 << 30,
         "wall_clock_breakdown": False,

@@ -1,7 +1,8 @@
 """Training metrics: ``metrics.csv`` (one named row per log step, trimmed on resume) and the loss-curve PNG.
 
-Columns: ``step``, ``tokens``, ``elapsed_s``, ``lr``, ``loss``, ``tokens_per_s``, ``val_loss``, then
-``loss_<domain>`` and ``val_loss_<domain>`` per domain of the corpus. Rows are written by name
+Columns: ``step``, ``tokens``, ``elapsed_s``, ``lr``, ``loss``, ``tokens_per_s``, ``val_loss``, then per
+domain of the corpus ``loss_<domain>``, ``val_loss_<domain>`` and ``tokens_<domain>`` (target tokens of
+that domain counted in the loss so far: the mixture actually trained on). Rows are written by name
 (``csv.DictWriter``) and flushed as they are logged; a resumed run first drops the rows past its
 checkpoint (and a torn last line), so every step appears once.
 """
@@ -39,7 +40,7 @@ class MetricsLog:
 
     def __init__(self, path: Path, domains: list[str], resumed_at: int):
         self.path = Path(path)
-        self.columns = list(BASE_COLUMNS) + [f"loss_{d}" for d in domains] + [f"val_loss_{d}" for d in domains]
+        self.columns = list(BASE_COLUMNS) + [f"{kind}_{d}" for kind in ("loss", "val_loss", "tokens") for d in domains]
         fresh = resumed_at == 0 or not self.path.exists()
         if not fresh:  # rows past the checkpoint were logged by the killed run
             truncate_metrics(self.path, resumed_at)

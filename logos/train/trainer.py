@@ -36,7 +36,7 @@ from tqdm import tqdm
 from logos.shards import Batch, MixtureReader, ShardReader, load_meta
 from logos.train import distributed
 from logos.train.checkpoint import CheckpointStore
-from logos.train.engine import build_engine, ds_config
+from logos.train.engine import build_engine, ds_config, resolve_precision
 from logos.train.metrics import MetricsLog, plot_losses
 from logos.train.model import build_model, load_base
 from logos.train.recipe import Recipe
@@ -78,7 +78,7 @@ class LossMeter:
         total, n = dist.all_sum(self.sums), self.domains
         self.sums = torch.zeros_like(self.sums)
         per_domain = [(total[2 + i] / total[2 + n + i]).item() if total[2 + n + i] else math.nan for i in range(n)]
-        return (total[0] / total[1]).item(), per_domain
+        return (total[0] / total[1]).item() if total[1] else math.nan, per_domain
 
 
 class Trainer:
@@ -98,12 +98,14 @@ class Trainer:
         self.val_reader = (ShardReader(Path(t.data), "val", t.seq_len, seed=t.seed)
                            if self.meta["tokens"]["val"] > t.seq_len else None)
         self.config = ds_config(recipe, self.dist.world)
+        self.precision = resolve_precision(t.precision)
         model = self._build_model()
         self.schedule = Schedule.from_recipe(recipe)
         self.engine, self.scheduler = build_engine(model, recipe, self.schedule, self.config)
         self.device = self.engine.device
         self.store = CheckpointStore(self.out / CKPT_DIR, self.dist, t.keep_checkpoints, self.echo)
         self.step_count = self.position = self.tokens_seen = 0
+        self.domain_tokens = torch.zeros(len(self.domains), dtype=torch.float64)  # this rank's loss tokens per domain
         self.elapsed = 0.0  # training seconds before this process (resumed runs)
         self.val_by_domain: dict[str, float | None] = {}
         self._t0: float | None = None
@@ -138,7 +140,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ steps
     def _autocast(self):
-        if self.recipe.train.precision == "bf16-autocast":
+        if self.precision == "bf16-autocast":
             return torch.autocast(self.device.type if hasattr(self.device, "type") else "cpu", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
@@ -166,6 +168,7 @@ class Trainer:
             self.engine.backward(loss)
             self.engine.step()
             total, sums, counts = total + loss.item() / t.grad_accum, sums + s, counts + c
+        self.domain_tokens += counts.double()
         rows = t.micro_batch * t.grad_accum * self.dist.world
         self.step_count, self.position, self.tokens_seen = (self.step_count + 1, self.position + rows,
                                                             self.tokens_seen + rows * t.seq_len)
@@ -227,6 +230,7 @@ class Trainer:
     def _log(self, meter: LossMeter, log, bar, window, evaluate: bool):
         """Reduce the window's losses over ranks, evaluate when due, write a metrics row; (loss, val, window)."""
         mean, by_domain = meter.means(self.dist)
+        domain_tokens = self.dist.all_sum(self.domain_tokens).tolist()
         now = time.perf_counter()
         tps = (self.tokens_seen - window[1]) / max(1e-9, now - window[0])
         val = self.eval_loss() if evaluate else None
@@ -235,6 +239,7 @@ class Trainer:
             row = {"step": self.step_count, "tokens": self.tokens_seen, "elapsed_s": round(self.elapsed_total(), 2),
                    "lr": lr, "loss": mean, "tokens_per_s": round(tps, 1), "val_loss": val}
             row.update({f"loss_{d}": v for d, v in zip(self.domains, by_domain)})
+            row.update({f"tokens_{d}": int(v) for d, v in zip(self.domains, domain_tokens)})
             if val is not None:
                 row.update({f"val_loss_{d}": v for d, v in self.val_by_domain.items()})
             log.write(row)
@@ -284,6 +289,7 @@ class Trainer:
     def save(self) -> Path:
         """Atomic DeepSpeed checkpoint (all ranks), then a refreshed ``hf/`` export."""
         state = {"position": self.position, "tokens": self.tokens_seen, "elapsed": self.elapsed_total(),
+                 "domain_tokens": self.dist.gather_objects(self.domain_tokens.tolist()),
                  "schedule_steps": self.schedule.total, "recipe": self.recipe.to_dict()}
         path = self.store.save(self.engine, self.step_count, state)
         self.export(self.out / HF_DIR)
@@ -297,6 +303,11 @@ class Trainer:
             return False
         self.step_count, self.position = int(state["step"]), int(state["position"])
         self.tokens_seen, self.elapsed = int(state["tokens"]), float(state.get("elapsed", 0.0))
+        saved = state.get("domain_tokens") or []
+        if len(saved) == self.dist.world:  # each rank's own counts; another world size: rank 0 takes the sum
+            self.domain_tokens = torch.tensor(saved[self.dist.rank], dtype=torch.float64)
+        elif saved and self.dist.is_main:
+            self.domain_tokens = torch.tensor(saved, dtype=torch.float64).sum(0)
         if state.get("schedule_steps") is not None:
             self.schedule.total = int(state["schedule_steps"])
         return True
@@ -334,7 +345,7 @@ class Trainer:
         if not self.dist.is_main:
             return None
         run = {"recipe": self.recipe.to_dict(), "step": self.step_count, "tokens": self.tokens_seen,
-               "shards": self.meta, "world_size": self.dist.world}
+               "precision": self.precision, "shards": self.meta, "world_size": self.dist.world}
         return export_hf(sd, self.engine.module.config, self.out / TOKENIZER_DIR, out, run,
                          dtype=self.recipe.train.export_dtype)
 
