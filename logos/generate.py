@@ -205,7 +205,7 @@ def _read_smiles(path: Path) -> list[str]:
 
 
 def canonical_set(smiles: list[str]) -> set[str]:
-    from logos.domains.molecule import canonical_smiles, parse_smiles
+    from logos.chem import canonical_smiles, parse_smiles
 
     out = set()
     for s in smiles:
@@ -218,7 +218,7 @@ def canonical_set(smiles: list[str]) -> set[str]:
 
 def molecule_metrics(texts: list[str], reference: set[str] | None = None) -> tuple[list[str | None], int, int | None]:
     """Canonical SMILES (None when invalid) of each molecule text, number unique, number novel."""
-    from logos.domains.molecule import canonical_smiles, molecules_in_text, parse_smiles
+    from logos.chem import canonical_smiles, molecules_in_text, parse_smiles
 
     canon: list[str | None] = []
     for text in texts:

@@ -19,9 +19,7 @@ from pathlib import Path
 from typing import Iterator
 
 from logos.domains.base import Domain, DomainOptions, JsonArrayWriter, option
-from logos.domains.molecule import parse_smiles
-# The module, its names looked up when called: when logos.materials is imported before logos.domains,
-# framework's own import of logos.domains.molecule loads this module while framework is half-initialized.
+from logos.chem import parse_smiles
 from logos.materials import framework
 from logos.materials.bonds import DEFAULT_BOND_TOLERANCE
 from logos.materials.crystal import count_crystals, load, read_crystal_file

@@ -11,91 +11,26 @@ id) or ``.sdf`` (2D depiction, or a 3D conformer with ``--3d``: ETKDGv3 + MMFF, 
 
 from __future__ import annotations
 
-import logging
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from rdkit import Chem, rdBase
+from rdkit import Chem
 from rdkit.Chem import AllChem, rdDepictor
 
+from logos.chem import (CLOSE, OPEN, canonical_smiles, is_smiles, molecules_in_text, parse_molblock,  # noqa: F401
+                        parse_smiles, span)
 from logos.domains import textfiles
 from logos.domains.base import Domain, DomainOptions, TextWriter, Writer, option
-from logos.grammar import split_symbols
 from logos.records import RecordError, WorkItem, open_text
 
 NAME = "molecule"
-OPEN, CLOSE = "<MoleculeS>", "<MoleculeE>"
 LINE_SUFFIXES = (".smi", ".smiles", ".txt", ".csv", ".tsv")
 SDF_SUFFIXES = (".sdf", ".mol", ".sd")
 SMILES_COLUMNS = ("smiles", "canonical_smiles", "isomeric_smiles", "smi", "mol", "molecule")
 
-__all__ = ["MoleculeDomain", "MoleculeOptions", "parse_smiles", "canonical_smiles", "encode_mol", "molecules_in_text",
-           "span"]
-
-
-# ---------------------------------------------------------------- RDKit error capture
-class _Captured(logging.Handler):
-    """Keeps RDKit's log lines so a failure's reason can be reported in one line."""
-
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-
-    def emit(self, record):
-        msg = record.getMessage()
-        self.lines.append(msg.split("] ", 1)[-1] if msg.startswith("[") else msg)
-
-
-_captured = _Captured()
-rdBase.LogToPythonLogger()
-_rdlog = logging.getLogger("rdkit")
-_rdlog.handlers = [_captured]
-_rdlog.propagate = False
-_rdlog.setLevel(logging.WARNING)  # mol-block problems are logged as warnings
-
-
-def _reason(default: str) -> str:
-    lines = [l.strip() for l in _captured.lines if l.strip()]
-    _captured.lines.clear()
-    # RDKit's first line is the most specific ("unclosed ring", "Explicit valence ...").
-    return lines[0] if lines else default
-
-
-def parse_smiles(smiles: str) -> Chem.Mol:
-    """Sanitized RDKit molecule, or RecordError with RDKit's own reason."""
-    if not smiles:
-        raise RecordError("empty SMILES")
-    _captured.lines.clear()
-    mol = Chem.MolFromSmiles(smiles)
-    if mol is None:
-        raise RecordError(f"invalid SMILES {smiles[:80]!r}: {_reason('RDKit cannot parse it')}")
-    if mol.GetNumAtoms() == 0:
-        raise RecordError("SMILES has no atoms")
-    return mol
-
-
-def parse_molblock(block: str) -> Chem.Mol:
-    _captured.lines.clear()
-    mol = Chem.MolFromMolBlock(block, sanitize=True, removeHs=True)
-    if mol is None:
-        raise RecordError(f"invalid molecule block: {_reason('RDKit cannot read it')}")
-    if mol.GetNumAtoms() == 0:
-        raise RecordError("molecule has no atoms")
-    return mol
-
-
-def canonical_smiles(mol: Chem.Mol, kekule: bool = False) -> str:
-    if kekule:
-        mol = Chem.Mol(mol)
-        Chem.Kekulize(mol, clearAromaticFlags=True)
-        return Chem.MolToSmiles(mol, isomericSmiles=True, kekuleSmiles=True)
-    return Chem.MolToSmiles(mol, isomericSmiles=True)
-
-
-def span(smiles: str) -> str:
-    return OPEN + smiles + CLOSE
+__all__ = ["MoleculeDomain", "MoleculeOptions", "SmilesTableOptions", "encode_mol", "record_molecules", "embed_3d"]
 
 
 # ---------------------------------------------------------------- encoder
@@ -118,13 +53,6 @@ class MoleculeOptions(SmilesTableOptions):
     def __post_init__(self):
         if self.augment < 0:
             raise ValueError("augment must be >= 0")
-
-
-def _looks_like_smiles(value: str) -> bool:
-    _captured.lines.clear()
-    ok = " " not in value and ">" not in value and Chem.MolFromSmiles(value) is not None
-    _captured.lines.clear()
-    return ok
 
 
 def _read_sdf(path: Path) -> Iterator[WorkItem]:
@@ -176,18 +104,6 @@ def encode_mol(mol: Chem.Mol, opts: MoleculeOptions, seed_key: str = "") -> list
 
 
 # ---------------------------------------------------------------- detokenizer
-def molecules_in_text(text: str) -> list[str]:
-    """The SMILES of every molecule span of a grammar text, in order."""
-    pieces = split_symbols(text)
-    out = []
-    for i, p in enumerate(pieces):
-        if p == OPEN:
-            if i + 2 >= len(pieces) or pieces[i + 2] != CLOSE or pieces[i + 1] in (OPEN, CLOSE):
-                raise RecordError(f"unclosed or empty {OPEN} span")
-            out.append(pieces[i + 1])
-    return out
-
-
 class SmilesWriter(TextWriter):
     """``.smi``: one line per molecule span, ``canonical_SMILES<TAB>id``."""
 
@@ -272,7 +188,7 @@ class MoleculeDomain(Domain):
         if name.endswith(SDF_SUFFIXES):
             yield from _read_sdf(path)
         elif textfiles.is_table(path):
-            yield from textfiles.iter_table(path, opts.column, SMILES_COLUMNS, _looks_like_smiles,
+            yield from textfiles.iter_table(path, opts.column, SMILES_COLUMNS, is_smiles,
                                             id_column=opts.id_column)
         else:
             yield from textfiles.iter_lines(path, header_names=SMILES_COLUMNS)

@@ -46,7 +46,7 @@ from rdkit import Chem
 
 from logos.domains import ccd, protein, structure
 from logos.domains.base import CsvWriter, Domain, JsonArrayWriter, option
-from logos.domains.molecule import OPEN as MOL_OPEN, CLOSE as MOL_CLOSE, molecules_in_text, parse_molblock
+from logos.chem import CLOSE as MOL_CLOSE, OPEN as MOL_OPEN, molecules_in_text, parse_molblock
 from logos.records import InputError, RecordError, WorkItem, open_text
 
 NAME = "pocket"

@@ -43,7 +43,7 @@ import numpy as np
 from rdkit import Chem
 from rdkit.Chem import rdDetermineBonds
 
-from logos.domains.molecule import OPEN as MOL_OPEN, CLOSE as MOL_CLOSE, canonical_smiles, molecules_in_text, parse_smiles
+from logos.chem import CLOSE as MOL_CLOSE, OPEN as MOL_OPEN, canonical_smiles, molecules_in_text, parse_smiles
 from logos.grammar import split_symbols
 from logos.materials.bonds import DEFAULT_BOND_TOLERANCE, NON_METALS, components, periodic_bonds
 from logos.materials.crystal import Crystal

@@ -32,7 +32,7 @@ import numpy as np
 import spglib
 from scipy.spatial import cKDTree
 
-from logos.domains.molecule import parse_smiles
+from logos.chem import parse_smiles
 from logos.grammar import GrammarError, validate
 from logos.materials.crystal import Crystal, periodic_images, position_groups
 from logos.materials.framework import METAL_OPEN, OPEN as MOF_OPEN, parse_mof_text

@@ -1,0 +1,102 @@
+"""RDKit molecule helpers shared by the domains, materials and generation: parsing with RDKit's own reason,
+canonical SMILES, and molecule spans of grammar text.
+
+RDKit's log is routed to Python logging and captured, so a failure is reported in one line with
+RDKit's most specific reason ("unclosed ring", "Explicit valence ...") instead of being printed.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from rdkit import Chem, rdBase
+
+from logos.grammar import split_symbols
+from logos.records import RecordError
+
+__all__ = ["OPEN", "CLOSE", "parse_smiles", "parse_molblock", "canonical_smiles", "span", "molecules_in_text",
+           "is_smiles"]
+
+OPEN, CLOSE = "<MoleculeS>", "<MoleculeE>"
+
+
+class _Captured(logging.Handler):
+    """Keeps RDKit's log lines so a failure's reason can be reported in one line."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record):
+        msg = record.getMessage()
+        self.lines.append(msg.split("] ", 1)[-1] if msg.startswith("[") else msg)
+
+
+_captured = _Captured()
+rdBase.LogToPythonLogger()
+_rdlog = logging.getLogger("rdkit")
+_rdlog.handlers = [_captured]
+_rdlog.propagate = False
+_rdlog.setLevel(logging.WARNING)  # mol-block problems are logged as warnings
+
+
+def _reason(default: str) -> str:
+    lines = [l.strip() for l in _captured.lines if l.strip()]
+    _captured.lines.clear()
+    # RDKit's first line is the most specific ("unclosed ring", "Explicit valence ...").
+    return lines[0] if lines else default
+
+
+def parse_smiles(smiles: str) -> Chem.Mol:
+    """Sanitized RDKit molecule, or RecordError with RDKit's own reason."""
+    if not smiles:
+        raise RecordError("empty SMILES")
+    _captured.lines.clear()
+    mol = Chem.MolFromSmiles(smiles)
+    if mol is None:
+        raise RecordError(f"invalid SMILES {smiles[:80]!r}: {_reason('RDKit cannot parse it')}")
+    if mol.GetNumAtoms() == 0:
+        raise RecordError("SMILES has no atoms")
+    return mol
+
+
+def parse_molblock(block: str) -> Chem.Mol:
+    _captured.lines.clear()
+    mol = Chem.MolFromMolBlock(block, sanitize=True, removeHs=True)
+    if mol is None:
+        raise RecordError(f"invalid molecule block: {_reason('RDKit cannot read it')}")
+    if mol.GetNumAtoms() == 0:
+        raise RecordError("molecule has no atoms")
+    return mol
+
+
+def canonical_smiles(mol: Chem.Mol, kekule: bool = False) -> str:
+    if kekule:
+        mol = Chem.Mol(mol)
+        Chem.Kekulize(mol, clearAromaticFlags=True)
+        return Chem.MolToSmiles(mol, isomericSmiles=True, kekuleSmiles=True)
+    return Chem.MolToSmiles(mol, isomericSmiles=True)
+
+
+def span(smiles: str) -> str:
+    return OPEN + smiles + CLOSE
+
+
+def molecules_in_text(text: str) -> list[str]:
+    """The SMILES of every molecule span of a grammar text, in order."""
+    pieces = split_symbols(text)
+    out = []
+    for i, p in enumerate(pieces):
+        if p == OPEN:
+            if i + 2 >= len(pieces) or pieces[i + 2] != CLOSE or pieces[i + 1] in (OPEN, CLOSE):
+                raise RecordError(f"unclosed or empty {OPEN} span")
+            out.append(pieces[i + 1])
+    return out
+
+
+def is_smiles(value: str) -> bool:
+    """Whether RDKit parses ``value`` as a single SMILES (quietly; for column detection)."""
+    _captured.lines.clear()
+    ok = " " not in value and ">" not in value and Chem.MolFromSmiles(value) is not None
+    _captured.lines.clear()
+    return ok
