@@ -157,19 +157,22 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from logos.generate import generate
+    from logos.generate import GenerateOptions, Sampling, generate, molecule_summary
 
-    result = generate(resolve(args.checkpoint), Path(args.output), task=args.task, n=args.n, batch_size=args.batch_size,
-                      temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                      max_new_tokens=args.max_new_tokens, seed=args.seed,
-                      inputs=Path(args.input) if args.input else None,
-                      reference=Path(args.reference) if args.reference else None,
-                      progress=False if args.quiet else None, constrained=not args.unconstrained,
-                      writer_options=_writer_options(args))
-    print(f"generate: {result.summary()} -> {args.output}"
-          + (f" (invalid samples in {_errors_name(args.output)})" if result.valid < result.samples else ""),
-          file=sys.stderr)
-    return EXIT_OK
+    sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                        max_new_tokens=args.max_new_tokens)
+    options = GenerateOptions(task=args.task, n=args.n, batch_size=args.batch_size, sampling=sampling, seed=args.seed,
+                              constrained=not args.unconstrained, device=args.device, resamples=args.resamples,
+                              writer=_writer_options(args))
+    result = generate(resolve(args.checkpoint), Path(args.output), options,
+                      inputs=Path(args.input) if args.input else None, progress=False if args.quiet else None)
+    line = f"generate: {result.summary()} -> {args.output}"
+    if args.task == "molecule":
+        line += "; " + molecule_summary(result, Path(args.reference) if args.reference else None)
+    if result.exit_code:
+        line += f" (failures in {_errors_name(args.output)})"
+    print(line, file=sys.stderr)
+    return result.exit_code
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -194,6 +197,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:  # pragma: no cover
+        return False
+
+
 def _writer_options(args: argparse.Namespace):
     from logos.domains.base import WriterOptions
 
@@ -205,6 +217,9 @@ def _errors_name(output: str) -> str:
     from logos.records import errors_path_for
 
     return str(errors_path_for(Path(output)))
+
+
+TASK_NAMES = ("molecule", "forward", "retro", "reaction", "protein", "antibody", "pocket", "ligand", "crystal", "mof")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -304,22 +319,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tag", help="checkpoint tag, e.g. step0000500 (default: the latest)")
     p.set_defaults(func=_cmd_export)
 
-    p = sub.add_parser("generate", help="sample from a checkpoint -> .smi/.sdf/.rsmi, with validity/uniqueness/novelty")
+    p = sub.add_parser("generate", help="constrained sampling for every task -> files (.smi .sdf .rsmi .fasta "
+                                        ".pocket.csv .cif .json) + OUT.samples.jsonl")
     p.add_argument("--checkpoint", default=DEFAULT_CHECKPOINT, metavar="DIR", help="an exported HF directory")
-    p.add_argument("--task", choices=("molecule", "reaction"), default="molecule",
-                   help="molecule: unconditional; reaction: retrosynthesis of --input products")
-    p.add_argument("-n", type=int, default=100, help="samples (reaction: per input product)")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.smi|OUT.sdf|OUT.rsmi")
-    p.add_argument("--input", metavar="PRODUCTS.smi", help="--task reaction: products to disconnect")
-    p.add_argument("--reference", metavar="TRAIN.smi", help="training SMILES for the novelty metric")
-    p.add_argument("--batch-size", type=int, default=50)
+    p.add_argument("--task", choices=sorted(TASK_NAMES), default="molecule",
+                   help="molecule, protein, antibody, crystal, mof: unconditional (or --input nodes/compositions); "
+                        "forward, retro (reaction), pocket, ligand: per --input record")
+    p.add_argument("-n", type=int, default=100, help="samples in all (unconditional) or per input (conditional)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT")
+    p.add_argument("--input", metavar="FILE", help="reactants/products (.smi, .rsmi), proteins (FASTA, PDB, mmCIF, "
+                                                   "or a JSONL of marked sequences for --task ligand)")
+    p.add_argument("--reference", metavar="TRAIN.smi", help="--task molecule: training SMILES for novelty")
+    p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0, help="0: off")
     p.add_argument("--top-p", type=float, default=1.0, help="1.0: off")
-    p.add_argument("--max-new-tokens", type=int, default=96, help="length budget; then only the closing token")
+    p.add_argument("--max-new-tokens", type=int, default=0, help="length budget (0: the task's default); near it "
+                                                                  "only closing moves are allowed")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--resamples", type=int, default=4, help="retries of a sample that fails a check only the "
+                                                             "finished sample allows (kekulization) or its budget")
+    p.add_argument("--device", default="cuda" if _cuda() else "cpu", help="cpu, cuda, cuda:1 (bf16 on GPU)")
     p.add_argument("--unconstrained", action="store_true",
-                   help="sample without the grammar constraint (llguidance); the task mask and budget stay")
+                   help="sample without the grammar and chemistry constraints (the task mask and budget stay)")
     p.add_argument("--3d", dest="three_d", action="store_true", help="SDF: embed a 3D conformer")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_generate)

@@ -1,0 +1,308 @@
+"""``logos generate``: prompts of a task -> constrained samples -> ranked, detokenized files and a samples JSONL.
+
+For every task (:mod:`logos.generate.tasks`) the run builds the prompts (``-n`` samples in all, or
+per input for conditional tasks), samples them in batches (:mod:`logos.generate.sampler`) under the
+grammar and the chemistry constraint, and writes
+
+- the task's files through the domain writer the output suffix names (``.smi``/``.sdf``, ``.rsmi``,
+  ``.fasta``, ``.pocket.csv``/``.pocket.json``, ``.cif``, ``.json``);
+- ``OUT.samples.jsonl``: one line per sample with the input id, rank, raw text, summed model
+  log-probability, status and, for reactions, how many samples gave the same canonical answer.
+
+Conditional answers are ranked by likelihood; for ``retro`` and ``forward`` equal canonical answers
+are merged (their count kept, the best log-probability ranks them). A sample whose molecule span
+RDKit refuses, that hits a dead end or runs out of budget is resampled up to ``--resamples`` times;
+what still fails is logged (``OUT.errors.jsonl``) and the exit status is 1.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from logos.domains.base import WriterOptions
+from logos.generate.sampler import RowResult, Sampling, StepStats, sample_batch
+from logos.generate.tasks import TASKS, Prompt, Task, build_prompts
+from logos.records import ErrorLog, InputError, RecordError, errors_path_for
+
+__all__ = ["GenerateOptions", "GenerateResult", "generate", "load_checkpoint", "SUPPORTED_GRAMMARS"]
+
+SUPPORTED_GRAMMARS = ("v1",)
+
+
+@dataclass(frozen=True)
+class GenerateOptions:
+    task: str = "molecule"
+    n: int = 100
+    batch_size: int = 16
+    sampling: Sampling = field(default_factory=Sampling)
+    seed: int = 0
+    constrained: bool = True
+    device: str = "cpu"
+    resamples: int = 4
+    writer: WriterOptions = field(default_factory=WriterOptions)
+
+
+@dataclass
+class Sample:
+    input_id: str
+    prompt: str
+    text: str
+    logprob: float
+    status: str
+    key: str | None = None      # canonical answer (reactions), for merging
+    count: int = 1
+    written: bool = False
+
+
+@dataclass
+class GenerateResult:
+    samples: list[Sample]
+    failed_inputs: int
+    seconds: float
+    tokens: int
+    redraws: int
+    resampled: int
+    stats: StepStats = field(default_factory=StepStats)
+
+    @property
+    def texts(self) -> list[str]:
+        return [s.text for s in self.samples]
+
+    @property
+    def written(self) -> int:
+        return sum(s.written for s in self.samples)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failed_inputs or self.written < len(self.samples) else 0
+
+    def summary(self) -> str:
+        n = len(self.samples)
+        steps = max(self.stats.steps, 1)
+        return (f"{n} samples, {self.written} written ({self.written / max(n, 1):.1%}); "
+                f"{n / max(self.seconds, 1e-9):.1f} samples/s, {self.tokens / max(self.seconds, 1e-9):,.0f} tokens/s; "
+                f"{self.resampled} resampled, {self.redraws} constrained redraws; masks "
+                f"{1000 * self.stats.mask_seconds / steps:.2f} ms/step, checks {1000 * self.stats.check_seconds / steps:.2f}"
+                f" ms/step")
+
+
+def load_checkpoint(path: Path, device: str = "cpu"):
+    """(model, tokenizer, run info) of an exported checkpoint: plain transformers, safetensors only.
+
+    A checkpoint that records a grammar version this package cannot read is refused in one line.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from logos.export import load_run_info
+
+    path = Path(path)
+    if not (path / "config.json").exists():
+        raise InputError(f"{path} is not a checkpoint directory (no config.json)")
+    info = load_run_info(path)
+    grammar = info.get("grammar", "v1")
+    if grammar not in SUPPORTED_GRAMMARS:
+        raise InputError(f"{path} was trained on grammar {grammar}; this logos reads {', '.join(SUPPORTED_GRAMMARS)}")
+    tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, use_safetensors=True, trust_remote_code=False)
+    return model.to(device).eval(), tok, info
+
+
+def _document_start(info: dict, tok) -> int:
+    """The token that starts every training document: the shards' recorded one, else BOS, else EOS (Qwen)."""
+    recorded = (info.get("shards") or {}).get("bos_id")
+    if recorded is not None:
+        return int(recorded)
+    return tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+
+
+def _canonical_answer(task: Task, text: str) -> str | None:
+    """The canonical reactant (retro) or product (forward) set of a reaction sample, None if invalid."""
+    from logos.chem import canonical_smiles, parse_smiles
+    from logos.domains.reaction import reaction_from_text
+
+    try:
+        reactants, _, products = reaction_from_text(text)
+        side = products if task.name == "forward" else reactants
+        return ".".join(sorted(canonical_smiles(parse_smiles(s)) for s in side)) or None
+    except RecordError:
+        return None
+
+
+def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path | None = None,
+             progress: bool | None = None) -> GenerateResult:
+    """Sample the task's prompts and write the files (see the module docstring)."""
+    from logos.domains import writer_for
+    from logos.generate.constraints import ChemistryRows, GrammarRows, TokenTable, task_grammar
+
+    start = time.perf_counter()
+    task = TASKS.get(options.task)
+    if task is None:
+        raise InputError(f"unknown task {options.task!r} (known: {', '.join(TASKS)})")
+    out = Path(out)
+    writer_cls = writer_for(out)
+    errors = ErrorLog(errors_path_for(out), echo=lambda line: None)
+    prompts = build_prompts(task, Path(inputs) if inputs else None, options.n, errors)
+    if not prompts:
+        errors.close()
+        raise InputError("nothing to generate (no usable input)")
+    model, tok, info = load_checkpoint(checkpoint, options.device)
+    vocab_rows = model.get_output_embeddings().weight.shape[0]
+    table = TokenTable(tok, vocab_rows)
+    stop_id = tok.eos_token_id if task.stop == "eos" else table.id[task.stop]
+    banned = table.banned(set(task.symbols), keep={stop_id})
+    doc_start, pad_id = _document_start(info, tok), tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    budget = options.sampling.max_new_tokens or task.budget
+    sampling = Sampling(options.sampling.temperature, options.sampling.top_k, options.sampling.top_p,
+                        budget if task.name != "pocket" else budget, options.sampling.closing_slack)
+    generator = torch.Generator().manual_seed(options.seed)
+    queue: list[tuple[Prompt, int]] = [(p, 0) for p, k in prompts for _ in range(k)]
+    samples: list[Sample] = []
+    tokens = redraws = resampled = 0
+    stats = StepStats()
+    bar = tqdm(total=len(queue), unit="sample", desc=f"generate {task.name}", file=sys.stderr, dynamic_ncols=True,
+               disable=None if progress is None else not progress, mininterval=0.5)
+    try:
+        while queue:
+            chunk, queue = queue[: options.batch_size], queue[options.batch_size:]
+            ids = [[doc_start] + tok(p.text, add_special_tokens=False)["input_ids"] for p, _ in chunk]
+            row_budget = sampling if task.name != "pocket" else Sampling(
+                sampling.temperature, sampling.top_k, sampling.top_p,
+                max(max(len(p.text) for p, _ in chunk) + 32, 64), sampling.closing_slack)  # a copy task needs the input's length
+            grammar = chemistry = None
+            if options.constrained:
+                grammar = GrammarRows(tok, vocab_rows, [task_grammar(task.start, task.rules + "\n" + p.rules)
+                                                         for p, _ in chunk], [x[1:] for x in ids], stop_id, model.device)
+                if task.chemistry:
+                    chemistry = ChemistryRows(table, len(chunk), [p.text for p, _ in chunk])
+            results = sample_batch(model, ids, pad_id, stop_id, banned, row_budget, generator, grammar, chemistry,
+                                   stats)
+            for (prompt, attempt), r in zip(chunk, results):
+                tokens += len(r.tokens)
+                redraws += r.redraws
+                if r.status != "done" and attempt < options.resamples:
+                    queue.append((prompt, attempt + 1))
+                    resampled += 1
+                    continue
+                samples.append(_sample(task, prompt, r, tok))
+                bar.update(1)
+            bar.set_postfix(samples_s=f"{len(samples) / (time.perf_counter() - start):.1f}", refresh=False)
+    finally:
+        bar.close()
+    ranked = _rank(task, samples)
+    _write(task, ranked, out, writer_cls, options.writer, errors)
+    if task.name == "pocket":
+        _write_marked_fasta(ranked, out)
+    errors.close()
+    return GenerateResult(ranked, errors.count - sum(not s.written for s in ranked), time.perf_counter() - start,
+                          tokens, redraws, resampled, stats)
+
+
+def _sample(task: Task, prompt: Prompt, r: RowResult, tok) -> Sample:
+    body = r.tokens[:-1] if task.stop == "eos" and r.tokens and r.status == "done" else r.tokens
+    text = prompt.text + tok.decode(body, skip_special_tokens=False)  # never skip: tags are content
+    sample = Sample(prompt.input_id, prompt.text, text, r.logprob, r.status)
+    if task.name in ("forward", "retro"):
+        sample.key = _canonical_answer(task, text)
+    return sample
+
+
+def _rank(task: Task, samples: list[Sample]) -> list[Sample]:
+    """Per input: by likelihood; reactions merge equal canonical answers (count kept, best likelihood ranks)."""
+    by_input: dict[str, list[Sample]] = {}
+    for s in samples:
+        by_input.setdefault(s.input_id, []).append(s)
+    out = []
+    for group in by_input.values():
+        if task.name in ("forward", "retro"):
+            merged: dict[str, Sample] = {}
+            rest = []
+            for s in sorted(group, key=lambda s: -s.logprob):
+                if s.key is None:
+                    rest.append(s)
+                elif s.key in merged:
+                    merged[s.key].count += 1
+                else:
+                    merged[s.key] = s
+            group = list(merged.values()) + rest
+        out.extend(sorted(group, key=lambda s: (s.status != "done", -s.logprob)))
+    return out
+
+
+def _write(task: Task, samples: list[Sample], out: Path, writer_cls, options: WriterOptions, errors: ErrorLog) -> None:
+    from logos.grammar import GrammarError, validate
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    jsonl = out.with_name(out.name.split(".")[0] + ".samples.jsonl")
+    rank: dict[str, int] = {}
+    with writer_cls(out, options) as writer, open(jsonl, "w", encoding="utf-8") as fh:
+        for s in samples:
+            rank[s.input_id] = rank.get(s.input_id, 0) + 1
+            ident = f"{s.input_id}#{rank[s.input_id]}"
+            if s.status != "done":
+                errors.add(ident, f"sample did not finish ({s.status}) | {s.text[-200:]}")
+            else:
+                try:
+                    validate(s.text)
+                    writer.write({"text": s.text, "id": ident, "source": f"generate:{ident}"})
+                    s.written = True
+                except (GrammarError, RecordError) as e:
+                    if task.name == "pocket" and "no pocket marks" in str(e):
+                        s.written = True  # a search that marks no residue is an answer: no pocket
+                    else:
+                        errors.add(ident, f"{e} | {s.text[-200:]}")
+            fh.write(json.dumps({"id": s.input_id, "rank": rank[s.input_id], "text": s.text,
+                                 "logprob": round(s.logprob, 4), "status": s.status, "written": s.written,
+                                 **({"answer": s.key, "count": s.count} if s.key is not None or s.count > 1 else {})})
+                     + "\n")
+
+
+def molecule_summary(result: GenerateResult, reference: Path | None = None) -> str:
+    """Validity, uniqueness and (with a reference SMILES file) novelty of generated molecules."""
+    from logos.chem import canonical_smiles, molecules_in_text, parse_smiles
+
+    canon = []
+    for s in result.samples:
+        if s.written:
+            try:
+                canon.append(canonical_smiles(parse_smiles(molecules_in_text(s.text)[0])))
+            except (RecordError, IndexError):
+                continue
+    unique = set(canon)
+    n = len(result.samples)
+    line = f"valid {len(canon)} ({len(canon) / max(n, 1):.1%}), unique {len(unique)} ({len(unique) / max(len(canon), 1):.1%})"
+    if reference is not None:
+        from logos.generate.tasks import _lines
+
+        known = set()
+        for _, smi in _lines(reference):
+            try:
+                known.add(canonical_smiles(parse_smiles(smi)))
+            except RecordError:
+                continue
+        novel = len(unique - known)
+        line += f", novel {novel} ({novel / max(len(unique), 1):.1%} of unique)"
+    return line
+
+
+def _write_marked_fasta(samples: list[Sample], out: Path) -> None:
+    """``OUT.marked.fasta``: each binding-site answer with its pocket residues in lower case."""
+    from logos.domains.protein import parse_chains
+
+    path = out.with_name(out.name.split(".")[0] + ".marked.fasta")
+    rank: dict[str, int] = {}
+    with open(path, "w", encoding="utf-8") as fh:
+        for s in samples:
+            rank[s.input_id] = rank.get(s.input_id, 0) + 1
+            if s.status != "done":
+                continue
+            for c, chain in enumerate(parse_chains(s.text)):
+                seq = "".join(a.lower() if i in chain.pockets else a for i, a in enumerate(chain.sequence))
+                fh.write(f">{s.input_id}#{rank[s.input_id]}|chain{c + 1} logprob={s.logprob:.3f}\n{seq}\n")
