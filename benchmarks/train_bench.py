@@ -48,7 +48,8 @@ def plain_loop(trainer):
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": t.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=t.lr, betas=t.betas, eps=1e-8)
+                             {"params": no_decay, "weight_decay": 0.0}], lr=t.lr, betas=t.betas, eps=1e-8,
+                            fused=True)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, Schedule.from_recipe(recipe).multiplier)
     state = {"position": 0}
 

@@ -102,10 +102,13 @@ def test_scale_presets_merge_their_deepspeed_json(name, stage):
     recipe = load_recipe(REPO / "pretrain" / f"{name}.yaml")
     t = recipe.train
     assert t.precision == "bf16" and t.gradient_checkpointing and t.zero_stage == stage
-    cfg = ds_config(recipe, world_size=16)
+    cfg = ds_config(recipe, world_size=16, gpu=True)
     assert cfg["zero_optimization"]["stage"] == stage and cfg["bf16"]["enabled"]
     assert cfg["train_batch_size"] == t.micro_batch * t.grad_accum * 16
-    assert cfg["zero_optimization"]["overlap_comm"] is True
+    assert cfg["zero_optimization"]["overlap_comm"] is True  # the JSON's GPU setting
+    if stage == 2:  # on CPU there is nothing to overlap communication with
+        cpu = ds_config(recipe, world_size=16, gpu=False)["zero_optimization"]
+        assert (cpu["overlap_comm"], cpu["contiguous_gradients"], cpu["reduce_scatter"]) == (False, False, False)
 
 
 def test_every_deepspeed_json_loads_and_offload_variants_offload():

@@ -5,9 +5,16 @@ The recipe owns batch sizes, clipping and precision; a DeepSpeed JSON named by `
 ``zero_optimization.stage`` must equal ``train.zero_stage``. Precision ``bf16-autocast`` keeps fp32
 weights in the engine and runs the forward under ``torch.autocast(bfloat16)`` (2.3-2.5x faster than
 fp32 on CPU); ``bf16`` is DeepSpeed's bf16 mode (bf16 weights, fp32 master copy), the GPU choice.
-A torch ``AdamW`` is handed to DeepSpeed (its fused/CPU Adam JIT-compiles for minutes on CPU); the
-LR schedule is a ``LambdaLR`` over :class:`~logos.train.schedule.Schedule` that DeepSpeed steps and
-checkpoints.
+A torch ``AdamW`` (``fused=True``: one pass over memory) is handed to DeepSpeed (DeepSpeed's own
+fused/CPU Adam JIT-compiles for minutes on CPU); the LR schedule is a ``LambdaLR`` over
+:class:`~logos.train.schedule.Schedule` that DeepSpeed steps and checkpoints.
+
+ZeRO-1/2 in a single process without CPU offload partitions nothing: the engine then runs stage 0
+(same memory; measured 0.85-0.89x of a plain AdamW loop at stage 2 on CPU, from copying every
+gradient into flat buckets and the fp32 partition back into the model) and the run says so. On
+CPU (gloo) there are no streams to overlap communication with: ZeRO-1/2 run with ``overlap_comm``,
+``contiguous_gradients`` and ``reduce_scatter`` off (2 processes, tiny model: 0.89x -> 0.97x of
+``DistributedDataParallel`` + AdamW); GPU runs keep the JSON's settings.
 """
 
 from __future__ import annotations
@@ -34,8 +41,8 @@ def resolve_precision(precision: str) -> str:
     return "bf16-autocast" if native else "fp32"
 
 
-def ds_config(recipe: Recipe, world_size: int) -> dict:
-    """The DeepSpeed config dict for a recipe (written to ``OUT/ds_config.json`` for the record)."""
+def ds_config(recipe: Recipe, world_size: int, gpu: bool | None = None) -> dict:
+    """The DeepSpeed config dict for a recipe on ``world_size`` processes (``gpu``: default, this machine's)."""
     t = recipe.train
     cfg = {
         "train_micro_batch_size_per_gpu": t.micro_batch,
@@ -60,6 +67,14 @@ def ds_config(recipe: Recipe, world_size: int) -> dict:
                     "gradient_clipping", "bf16", "fp16"):
             extra.pop(key, None)  # the recipe owns these
         _merge(cfg, extra)
+    zero = cfg["zero_optimization"]
+    offload = any(isinstance(v, dict) and v.get("device", "none") != "none" for k, v in zero.items()
+                  if k.startswith("offload"))
+    if world_size == 1 and zero["stage"] in (1, 2) and not offload:
+        zero["stage"] = 0  # one process: nothing to partition (see the module docstring)
+    if not (torch.cuda.is_available() if gpu is None else gpu) and zero["stage"] in (1, 2):
+        # CPU (gloo): no stream to overlap with; one allreduce of the bucket beats per-slice reduces
+        zero.update(overlap_comm=False, contiguous_gradients=False, reduce_scatter=False)
     return cfg
 
 
@@ -93,7 +108,8 @@ def build_engine(model, recipe: Recipe, schedule: Schedule, config: dict):
     decay = [p for p in model.parameters() if matrix(p)]
     no_decay = [p for p in model.parameters() if not matrix(p)]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": t.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=t.lr, betas=t.betas, eps=1e-8)
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=t.lr, betas=t.betas, eps=1e-8,
+                                  fused=True)
     engine, _, _, scheduler = deepspeed.initialize(
         model=model, optimizer=optimizer, config=config,
         lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda step: schedule.multiplier(step)))

@@ -103,4 +103,4 @@ def describe(recipe: Recipe) -> str:
                       f"# vocabulary: {vocab} from {source}, padded to {padded_vocab(vocab)}",
                       f"# architecture: {type(model).__name__}",
                       f"# parameters: {n:,} ({n / 1e6:.2f}M; {n - emb:,} without the embedding)",
-                      f"# deepspeed (1 process): {json.dumps(ds_config(recipe, 1))}"])
+                      f"# deepspeed (1 process on this machine): {json.dumps(ds_config(recipe, 1))}"])

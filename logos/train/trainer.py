@@ -99,6 +99,9 @@ class Trainer:
                            if self.meta["tokens"]["val"] > t.seq_len else None)
         self.config = ds_config(recipe, self.dist.world)
         self.precision = resolve_precision(t.precision)
+        if self.config["zero_optimization"]["stage"] != t.zero_stage and self.dist.is_main:
+            self.echo(f"train: ZeRO-{t.zero_stage} in one process partitions nothing; running stage 0 "
+                      f"(ds_config.json records it)")
         model = self._build_model()
         self.schedule = Schedule.from_recipe(recipe)
         self.engine, self.scheduler = build_engine(model, recipe, self.schedule, self.config)
