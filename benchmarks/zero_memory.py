@@ -113,8 +113,12 @@ def main() -> None:
     shards = make_shards(work)
     results = {stage: run_stage(stage, shards, work, args) for stage in (0, 3)}
     params = results[0][0]["params"]
+    from logos.train.engine import resolve_precision
+
+    PRECISION = {"fp32": "fp32", "bf16": "bf16", "bf16-autocast": "fp32 weights + bf16 autocast"}.get(
+        resolve_precision("auto"), resolve_precision("auto"))
     print(f"\nmodel: Llama, {args.layers} layers x hidden {args.hidden}, {params / 1e6:.0f}M parameters; 2 processes "
-          f"(gloo, 1 thread each), micro-batch {args.micro_batch} x 64 tokens, fp32 weights + bf16 autocast, AdamW")
+          f"(gloo, 1 thread each), micro-batch {args.micro_batch} x 64 tokens, {PRECISION} (precision auto), AdamW")
     print("\n| phase | ZeRO-0 rank 0 / 1 (GiB) | ZeRO-3 rank 0 / 1 (GiB) |\n|---|---:|---:|")
     for phase in results[0][0]["phases"]:
         cells = [" / ".join(f"{r['phases'][phase]['rss'] / GiB:.2f}" for r in results[s]) for s in (0, 3)]

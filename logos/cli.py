@@ -133,18 +133,53 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
         print(describe(recipe))
         return EXIT_OK
     from logos.train.checkpoint import CheckpointError
+    from logos.train.faults import EXIT_SIGNALLED, TrainingFault
     from logos.train.trainer import pretrain
 
     try:
         result = pretrain(recipe, resume=args.resume, progress=False if args.quiet else None)
-    except CheckpointError as e:
+    except (CheckpointError, TrainingFault) as e:
         print(f"logos pretrain: {e}", file=sys.stderr)
         return EXIT_REJECTED
+    if result.stopped_by:
+        print(f"pretrain: {result.stopped_by} at step {result.steps}: checkpoint written; continue with --resume",
+              file=sys.stderr)
+        return EXIT_SIGNALLED
     if int(__import__("os").environ.get("RANK", "0")) == 0:
         print(f"pretrain: {result.steps} steps, {result.tokens:,} tokens in {result.seconds:.0f} s "
               f"({result.tokens / max(result.seconds, 1e-9):,.0f} tokens/s); loss {result.first_loss:.3f} -> "
               f"{result.last_loss:.3f}" + (f", val {result.val_loss:.3f}" if result.val_loss is not None else "")
               + f" -> {result.out_dir}/hf", file=sys.stderr)
+    return EXIT_OK
+
+
+def _cmd_finetune(args: argparse.Namespace) -> int:
+    from logos.finetune import finetune
+    from logos.train.checkpoint import CheckpointError
+    from logos.train.faults import EXIT_SIGNALLED, TrainingFault
+    from logos.train.recipe import ConfigError, load_recipe
+
+    try:
+        init = [f"train.init_from={args.init_from}"] if args.init_from else []
+        recipe = load_recipe(Path(args.config), (args.set or []) + init)
+        result = finetune(recipe, resume=args.resume, progress=False if args.quiet else None)
+    except ConfigError as e:
+        print(f"logos finetune: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except (CheckpointError, TrainingFault) as e:
+        print(f"logos finetune: {e}", file=sys.stderr)
+        return EXIT_REJECTED
+    t = result.train
+    if t.stopped_by:
+        print(f"finetune: {t.stopped_by} at step {t.steps}: checkpoint written; continue with --resume",
+              file=sys.stderr)
+        return EXIT_SIGNALLED
+    if int(__import__("os").environ.get("RANK", "0")) == 0:
+        best = (f"; best {result.best_metric:.3f} at step {result.best_step} -> {t.out_dir}/best"
+                if result.best_metric is not None else "")
+        print(f"finetune: {result.pairs:,} pairs, {t.steps} steps in {t.seconds:.0f} s; completion loss "
+              f"{t.first_loss:.3f} -> {t.last_loss:.3f}" + (f", val {t.val_loss:.3f}" if t.val_loss is not None else "")
+              + best + f" -> {t.out_dir}/hf", file=sys.stderr)
     return EXIT_OK
 
 
@@ -312,6 +347,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the resolved config and parameter count, then exit")
     p.add_argument("-q", "--quiet", action="store_true", help="log lines instead of a progress bar")
     p.set_defaults(func=_cmd_pretrain)
+
+    p = sub.add_parser("finetune", help="finetune on a task's prompt -> completion pairs (full or LoRA), same trainer")
+    p.add_argument("--config", required=True, metavar="RECIPE.yaml", help="e.g. finetune/retro.yaml")
+    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
+                   help="override a recipe field, e.g. --set finetune.augment=4 --set lora.rank=8 (repeatable)")
+    p.add_argument("--init-from", metavar="HF_DIR", help="the checkpoint to finetune (default: the recipe's)")
+    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in train.out_dir")
+    p.add_argument("-q", "--quiet", action="store_true", help="log lines instead of a progress bar")
+    p.set_defaults(func=_cmd_finetune)
 
     p = sub.add_parser("export", help="a saved training checkpoint (ZeRO 0-2) -> self-contained HF directory")
     p.add_argument("run", metavar="RUN_DIR", help="train.out_dir of a training run")

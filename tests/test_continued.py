@@ -96,7 +96,7 @@ def test_pack_pretrain_export_generate_from_a_base_llm(tmp_path, run_cli, arch):
     out = tmp_path / "gen.smi"
     code, err = run_cli("generate", "--checkpoint", export, "--task", "molecule", "-n", "6", "-o", out,
                         "--max-new-tokens", "24", "-q")
-    assert code == 0, err
+    assert code in (0, 1) and "generate: 6 samples" in err, err  # 1: a barely trained base may dead-end a sample
     written = out.read_text().splitlines()
     errors = out.with_name(out.name + ".errors.jsonl")
     rejected = errors.read_text().splitlines() if errors.exists() else []

@@ -32,7 +32,7 @@ import torch
 
 from logos.train.distributed import Dist
 
-__all__ = ["CheckpointStore", "CheckpointError", "MANIFEST", "LATEST", "FAULT_KILL_IN_SAVE", "checkpoint_tags",
+__all__ = ["CheckpointStore", "CheckpointError", "CheckpointSaveError", "MANIFEST", "LATEST", "FAULT_KILL_IN_SAVE", "checkpoint_tags",
            "read_latest", "verify_checkpoint", "atomic_write_text", "rng_state", "set_rng_state"]
 
 MANIFEST = "logos_manifest.json"
@@ -44,6 +44,10 @@ FAULT_KILL_IN_SAVE = "LOGOS_FAULT_KILL_IN_SAVE"
 
 class CheckpointError(RuntimeError):
     """``--resume`` found checkpoints but none of them is usable."""
+
+
+class CheckpointSaveError(CheckpointError):
+    """A checkpoint could not be written (disk full, I/O error); the partial tag was removed."""
 
 
 def tag_name(step: int) -> str:
@@ -202,13 +206,28 @@ class CheckpointStore:
             shutil.rmtree(self.folder / tag)
         self.dist.barrier()
         state = {**state, "step": step, "rng": self.dist.gather_objects(rng_state())}
-        engine.save_checkpoint(str(self.folder), tag=tag, client_state=state, save_latest=False)
-        self.dist.barrier()  # every rank's files are written
+        why = None
+        try:
+            engine.save_checkpoint(str(self.folder), tag=tag, client_state=state, save_latest=False)
+        except OSError as e:  # disk full, quota, I/O error: this tag is lost, the previous one is intact
+            why = f"{e.strerror or e} ({e.filename or self.folder / tag})"
+        why = next((w for w in self.dist.gather_objects(why) if w), None)  # every rank's files are written
+        if why is not None:
+            if self.dist.is_main:
+                shutil.rmtree(self.folder / tag, ignore_errors=True)
+            self.dist.barrier()
+            previous = self.latest_complete()
+            raise CheckpointSaveError(f"checkpoint {tag} not written: {why}; removed it, "
+                                      + (f"{previous} stays the resume point" if previous else "no earlier checkpoint"))
         fault = os.environ.get(FAULT_KILL_IN_SAVE)
         if fault and int(fault) == self._saves:  # tests only (see FAULT_KILL_IN_SAVE)
             os.kill(os.getpid(), signal.SIGKILL)
         self._commit(tag, {k: state[k] for k in ("step", "position", "tokens") if k in state})
         return self.folder / tag
+
+    def latest_complete(self) -> str | None:
+        """The newest tag with a manifest (what ``--resume`` would try first), or None."""
+        return next((t for t in resume_candidates(self.folder) if (self.folder / t / MANIFEST).is_file()), None)
 
     def _commit(self, tag: str, info: dict) -> None:
         """Manifest (files hashed by all ranks, a slice each), then ``latest``, then retention (rank 0)."""

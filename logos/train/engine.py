@@ -41,6 +41,21 @@ def resolve_precision(precision: str) -> str:
     return "bf16-autocast" if native else "fp32"
 
 
+# ZeRO-3 without a DeepSpeed JSON: DeepSpeed's own defaults keep up to 1e9 gathered parameters alive
+# and a 5e8-element reduce bucket, i.e. the whole model of anything under 1B is resident on every
+# rank and ZeRO-3 used *more* memory than ZeRO-0 (338M Llama, 2 processes: 1.37x). Buckets of a few
+# layers' size keep the per-rank peak near the partition plus one layer in flight; a recipe's JSON
+# (pretrain/ds_zero3*.json, sized for GPUs) overrides every key.
+STAGE3_DEFAULTS = {
+    "reduce_bucket_size": 20_000_000,
+    "stage3_prefetch_bucket_size": 20_000_000,
+    "stage3_max_live_parameters": 50_000_000,
+    "stage3_max_reuse_distance": 50_000_000,
+    "stage3_param_persistence_threshold": 100_000,
+    "stage3_gather_16bit_weights_on_model_save": False,
+}
+
+
 def ds_config(recipe: Recipe, world_size: int, gpu: bool | None = None) -> dict:
     """The DeepSpeed config dict for a recipe on ``world_size`` processes (``gpu``: default, this machine's)."""
     t = recipe.train
@@ -56,7 +71,7 @@ def ds_config(recipe: Recipe, world_size: int, gpu: bool | None = None) -> dict:
         "wall_clock_breakdown": False,
     }
     if t.zero_stage == 3:
-        cfg["zero_optimization"].update({"stage3_gather_16bit_weights_on_model_save": False})
+        cfg["zero_optimization"].update(STAGE3_DEFAULTS)
     if t.deepspeed:
         extra = _read_ds_json(t.deepspeed)
         stage = extra.get("zero_optimization", {}).get("stage", t.zero_stage)
@@ -105,8 +120,9 @@ def build_engine(model, recipe: Recipe, schedule: Schedule, config: dict):
     def matrix(p) -> bool:  # ZeRO-3 partitions parameters at construction: their shape is in ds_shape
         return len(getattr(p, "ds_shape", None) or p.shape) >= 2
 
-    decay = [p for p in model.parameters() if matrix(p)]
-    no_decay = [p for p in model.parameters() if not matrix(p)]
+    trained = [p for p in model.parameters() if p.requires_grad]  # LoRA: adapters and symbol rows only
+    decay = [p for p in trained if matrix(p)]
+    no_decay = [p for p in trained if not matrix(p)]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": t.weight_decay},
                                    {"params": no_decay, "weight_decay": 0.0}], lr=t.lr, betas=t.betas, eps=1e-8,
                                   fused=True)

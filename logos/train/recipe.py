@@ -173,6 +173,16 @@ class TrainConfig:
     mixture: dict[str, float] | None = None
     """Sampling weight per domain (``{molecule: 0.6, protein: 0.3, crystal: 0.1}``); the loader draws training
     rows from each domain in exactly these proportions. Default: rows in their packed proportions."""
+    on_nonfinite: str = "stop"
+    """A NaN/inf loss (detected before backward): ``stop`` (the last checkpoint stays intact) or ``skip`` (reload
+    the last checkpoint in place and replay without the offending batch; see :mod:`logos.train.faults`)."""
+    on_bad_batch: str = "stop"
+    """A batch with token ids outside the vocabulary (a corrupt shard): ``stop`` or ``skip`` it."""
+    max_skips: int = 3
+    """Most batches ``skip`` may leave out in one process before the run stops anyway."""
+    on_save_error: str = "stop"
+    """A checkpoint that cannot be written (disk full, I/O error): ``stop``, or ``continue`` training to the next
+    save (the partial checkpoint is removed either way; the previous one stays the resume point)."""
     init_from: str | None = None
     """Continued pretraining: a local Llama/Qwen3 Hugging Face directory whose tokenizer gains the grammar
     symbols and whose embeddings are resized (``logos.extend``); ``model`` then only names the architecture."""
@@ -185,6 +195,10 @@ class TrainConfig:
             raise ConfigError(f"train.precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.schedule not in SCHEDULES:
             raise ConfigError(f"train.schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        for name, allowed in (("on_nonfinite", ("stop", "skip")), ("on_bad_batch", ("stop", "skip")),
+                              ("on_save_error", ("stop", "continue"))):
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"train.{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.export_dtype not in ("float32", "bfloat16"):
             raise ConfigError("train.export_dtype must be float32 or bfloat16")
         for name in ("seq_len", "micro_batch", "grad_accum", "max_steps", "log_every", "save_every", "eval_rows"):
@@ -208,12 +222,56 @@ class TrainConfig:
 
 
 @dataclass
+class LoraConfig:
+    """LoRA finetuning (``peft``; :mod:`logos.finetune.lora`): adapters on every projection, symbol rows trainable."""
+
+    rank: int = 16
+    alpha: float = 32.0
+    dropout: float = 0.05
+    merge: bool = True
+    """Export ``hf/`` with the adapters merged into the weights (``adapter/`` is written either way)."""
+
+    def __post_init__(self):
+        if self.rank <= 0 or self.alpha <= 0 or not 0 <= self.dropout < 1:
+            raise ConfigError("lora.rank and lora.alpha must be positive and lora.dropout in [0, 1)")
+
+
+@dataclass
+class FinetuneConfig:
+    """What a finetune trains on and how it is scored (:mod:`logos.finetune`)."""
+
+    task: str = "retro"
+    """``retro``, ``forward``, ``csp``, ``pocket``, ``ligand``, ``mof`` or ``pairs`` (a prompt/completion JSONL)."""
+    sources: list[str] = field(default_factory=list)
+    """Input files (``.rsmi``, USPTO CSV, CDVAE CSV, CIFs, ``logos tokenize`` JSONL, pairs JSONL)."""
+    val_sources: list[str] = field(default_factory=list)
+    """Held-out files (default: ``val_fraction`` of the sources' groups, by seeded hash)."""
+    val_fraction: float = 0.05
+    augment: int = 0
+    """Randomized-SMILES variants per reaction (all on the reaction's side of the split)."""
+    marker: str | None = None
+    """Where ``pocket``/``ligand``/``mof`` records are cut into prompt and completion (default per task)."""
+    with_space_group: bool = False
+    """``csp``: the prompt gives the space group as well as the composition."""
+    metric_items: int = 50
+    """Held-out items scored with the task's metric at every checkpoint (0: none)."""
+    metric_samples: int = 5
+    """Samples per held-out item for the metric (top-1 after ranking)."""
+
+    def __post_init__(self):
+        if not 0 <= self.val_fraction < 1 or self.augment < 0 or self.metric_items < 0 or self.metric_samples < 1:
+            raise ConfigError("finetune: val_fraction in [0, 1), augment/metric_items >= 0, metric_samples >= 1")
+
+
+@dataclass
 class Recipe:
-    """A pretraining recipe: ``name``, ``model`` and ``train`` sections."""
+    """A recipe: ``name``, ``model`` and ``train`` sections; finetuning adds ``finetune`` (and ``lora``)."""
 
     name: str = "unnamed"
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    finetune: FinetuneConfig | None = None
+    lora: LoraConfig | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -240,17 +298,20 @@ def _build(cls, values: dict, section: str):
         raise ConfigError(f"{section}: {e}") from None
 
 
+SECTIONS = ("model", "train", "finetune", "lora")
+
+
 def _parse_override(item: str) -> tuple[str, str, object]:
     key, sep, raw = item.partition("=")
     section, dot, name = key.partition(".")
-    if not sep or not dot or section not in ("model", "train"):
-        raise ConfigError(f"override {item!r}: expected model.KEY=VALUE or train.KEY=VALUE")
+    if not sep or not dot or section not in SECTIONS:
+        raise ConfigError(f"override {item!r}: expected SECTION.KEY=VALUE with SECTION one of {', '.join(SECTIONS)}")
     return section, name, yaml.safe_load(raw)
 
 
 def recipe_from_dict(data: dict, overrides: list[str] = ()) -> Recipe:
     data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in (data or {}).items()}
-    unknown = sorted(set(data) - {"name", "model", "train"})
+    unknown = sorted(set(data) - {"name", *SECTIONS})
     if unknown:
         raise ConfigError(f"unknown top-level key(s): {', '.join(unknown)}")
     for item in overrides:
@@ -258,7 +319,10 @@ def recipe_from_dict(data: dict, overrides: list[str] = ()) -> Recipe:
         data.setdefault(section, {})[name] = value
     return Recipe(name=str(data.get("name", "unnamed")),
                   model=_build(ModelConfig, data.get("model", {}), "model"),
-                  train=_build(TrainConfig, data.get("train", {}), "train"))
+                  train=_build(TrainConfig, data.get("train", {}), "train"),
+                  finetune=_build(FinetuneConfig, data["finetune"], "finetune") if data.get("finetune") is not None
+                  else None,
+                  lora=_build(LoraConfig, data["lora"], "lora") if data.get("lora") is not None else None)
 
 
 def load_recipe(path: Path, overrides: list[str] = ()) -> Recipe:

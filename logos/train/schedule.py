@@ -58,7 +58,7 @@ class Schedule:
     @property
     def steps(self) -> int:
         """Steps the run will take (the step cap while the length is still being measured)."""
-        return self.total if self.total is not None else self.max_steps
+        return min(self.total, self.max_steps) if self.total is not None else self.max_steps
 
     def multiplier(self, step: int) -> float:
         """LR / peak LR for optimizer step ``step`` (0-based)."""

@@ -35,8 +35,9 @@ from tqdm import tqdm
 
 from logos.shards import Batch, MixtureReader, ShardReader, load_meta
 from logos.train import distributed
-from logos.train.checkpoint import CheckpointStore
+from logos.train.checkpoint import CheckpointSaveError, CheckpointStore
 from logos.train.engine import build_engine, ds_config, resolve_precision
+from logos.train.faults import BadBatch, NonFiniteLoss, StopSignal, TrainingFault, check_batch, nan_injected
 from logos.train.metrics import MetricsLog, plot_losses
 from logos.train.model import build_model, load_base
 from logos.train.recipe import Recipe
@@ -61,6 +62,7 @@ class TrainResult:
     last_loss: float
     val_loss: float | None
     out_dir: Path
+    stopped_by: str | None = None  # a scheduler's signal ended the run after a checkpoint (resume continues)
 
 
 class LossMeter:
@@ -84,14 +86,17 @@ class LossMeter:
 class Trainer:
     """One training run: DeepSpeed engine, shard readers, logging, checkpoints and export."""
 
-    def __init__(self, recipe: Recipe, resume: bool = False, progress: bool | None = None, echo=None):
+    def __init__(self, recipe: Recipe, resume: bool = False, progress: bool | None = None, echo=None,
+                 after_save=None):
         t = recipe.train
+        self.after_save = after_save  # called on every rank with the step after each checkpoint + export
         self.recipe, self.progress = recipe, progress
         self.out = Path(t.out_dir)
         self.echo = echo or (lambda line: print(line, file=sys.stderr))
         self.dist = distributed.init()
         self.meta = load_meta(Path(t.data))
         self.domains: list[str] = self.meta["domains"]
+        self.vocab_size = int(self.meta["vocab_size"])
         self.train_reader = ShardReader(Path(t.data), "train", t.seq_len, seed=t.seed)
         if t.mixture:  # exact per-domain proportions of training rows
             self.train_reader = MixtureReader(self.train_reader, t.mixture)
@@ -111,6 +116,10 @@ class Trainer:
         self.domain_tokens = torch.zeros(len(self.domains), dtype=torch.float64)  # this rank's loss tokens per domain
         self.elapsed = 0.0  # training seconds before this process (resumed runs)
         self.val_by_domain: dict[str, float | None] = {}
+        self.skipped: set[int] = set()  # data positions of batches left out (faults.py), carried by checkpoints
+        self.skips = 0                  # ... of them, left out by this process
+        self.stopped_by: str | None = None
+        self._nan_fired = False  # tests only (faults.FAULT_NAN_AT_STEP)
         self._t0: float | None = None
         self._rate_mark: tuple[int, float] | None = None
         if resume:
@@ -132,6 +141,8 @@ class Trainer:
                                 self.meta.get("pad_id"), self.config)
             if self.dist.is_main:
                 _copy_tokenizer(t.tokenizer, tokenizer_dir)
+        if self.recipe.lora is not None:
+            model = self._with_lora(model)
         if self.dist.is_main:
             import yaml
 
@@ -140,6 +151,21 @@ class Trainer:
             model.config.save_pretrained(str(self.out / MODEL_DIR))
         self.dist.barrier()
         return model
+
+    def _with_lora(self, model):
+        from logos.finetune.lora import apply_lora
+        from logos.grammar import special_tokens
+        from logos.train.recipe import ConfigError
+
+        if self.recipe.train.zero_stage == 3:
+            raise ConfigError("LoRA runs at ZeRO stages 0-2 (use full finetuning under ZeRO-3)")
+        from transformers import AutoTokenizer
+
+        self.dist.barrier()  # rank 0 has written the run's tokenizer
+        tok = AutoTokenizer.from_pretrained(str(self.out / TOKENIZER_DIR))
+        ids = [i for i in tok.convert_tokens_to_ids(special_tokens()) if i is not None and i != tok.unk_token_id]
+        lora = self.recipe.lora
+        return apply_lora(model, lora.rank, lora.alpha, lora.dropout, ids)
 
     # ------------------------------------------------------------------ steps
     def _autocast(self):
@@ -161,21 +187,61 @@ class Trainer:
         return per_tok.sum() / mask.sum().clamp(min=1.0), sums.cpu(), counts.cpu()
 
     def step(self) -> tuple[float, torch.Tensor, torch.Tensor]:
-        """One optimizer step (``grad_accum`` micro-batches): this rank's mean loss, domain loss sums and counts."""
+        """One optimizer step (``grad_accum`` micro-batches): this rank's mean loss, domain loss sums and counts.
+
+        Raises :class:`BadBatch` or :class:`NonFiniteLoss` on every rank at once, before any backward.
+        """
         t = self.recipe.train
+        rows = t.micro_batch * t.grad_accum * self.dist.world
+        while self.position in self.skipped:
+            self.position += rows
         self.engine.train()
         total, sums, counts = 0.0, torch.zeros(len(self.domains)), torch.zeros(len(self.domains))
         for k in range(t.grad_accum):
             start = self.position + (k * self.dist.world + self.dist.rank) * t.micro_batch
-            loss, s, c = self._loss(self.train_reader.batch(start, t.micro_batch))
+            batch = self.train_reader.batch(start, t.micro_batch)
+            why = None
+            try:
+                check_batch(batch.tokens, self.vocab_size, f"{t.data} train rows {start}..{start + t.micro_batch - 1}")
+            except BadBatch as e:
+                why = str(e)
+            if self.dist.all_max(float(why is not None)) > 0:
+                raise BadBatch(why or f"{t.data}: a corrupt batch on another rank at data position {self.position}")
+            loss, s, c = self._loss(batch)
+            value = loss.item()
+            if nan_injected(self.step_count + 1) and not self._nan_fired:
+                value, self._nan_fired = float("nan"), True
+            if self.dist.all_max(float(not math.isfinite(value))) > 0:
+                raise NonFiniteLoss(f"step {self.step_count + 1}: loss {value} at data position {self.position}")
             self.engine.backward(loss)
             self.engine.step()
-            total, sums, counts = total + loss.item() / t.grad_accum, sums + s, counts + c
+            total, sums, counts = total + value / t.grad_accum, sums + s, counts + c
         self.domain_tokens += counts.double()
-        rows = t.micro_batch * t.grad_accum * self.dist.world
         self.step_count, self.position, self.tokens_seen = (self.step_count + 1, self.position + rows,
                                                             self.tokens_seen + rows * t.seq_len)
         return total, sums, counts
+
+    def _fault(self, fault: TrainingFault) -> None:
+        """Stop (raise, one line) or leave the batch out, as the recipe says (see :mod:`logos.train.faults`)."""
+        t = self.recipe.train
+        policy, key = ((t.on_nonfinite, "on_nonfinite") if isinstance(fault, NonFiniteLoss)
+                       else (t.on_bad_batch, "on_bad_batch"))
+        resume_point = self.store.latest_complete()
+        where = (f"the last complete checkpoint is {resume_point} (continue with --resume)" if resume_point
+                 else "no checkpoint written yet")
+        if policy == "stop":
+            raise TrainingFault(f"{fault}; stopped (train.{key}=stop): {where}")
+        self.skips += 1
+        if self.skips > t.max_skips:
+            raise TrainingFault(f"{fault}; stopped: {t.max_skips} batches already skipped (train.max_skips); {where}")
+        bad = self.position
+        self.skipped.add(bad)
+        if isinstance(fault, NonFiniteLoss):  # weights are clean (no backward), but optimizer steps since the
+            if not self.load():                # checkpoint are replayed without the batch, as if it never existed
+                raise TrainingFault(f"{fault}; cannot skip: no checkpoint to roll back to")
+        if self.dist.is_main:
+            self.echo(f"train: {fault}; skipped the batch at data position {bad} ({self.skips}/{t.max_skips})"
+                      + (f", rolled back to step {self.step_count}" if isinstance(fault, NonFiniteLoss) else ""))
 
     @torch.no_grad()
     def eval_loss(self) -> float | None:
@@ -209,9 +275,14 @@ class Trainer:
         meter, first, last, val = LossMeter(len(self.domains)), math.nan, math.nan, None
         tokens_at_start, self._t0 = self.tokens_seen, time.perf_counter()
         window = (self._t0, self.tokens_seen)
-        with self._metrics() as log, self._bar() as bar:
+        with self._metrics() as log, self._bar() as bar, StopSignal() as signals:
             while self.step_count < self.schedule.steps:
-                meter.add(*self.step())
+                try:
+                    meter.add(*self.step())
+                except (BadBatch, NonFiniteLoss) as fault:
+                    self._fault(fault)
+                    bar.n = self.step_count
+                    continue
                 bar.update(1)
                 self._fix_schedule_length(bar)
                 done = self.step_count >= self.schedule.steps or self._out_of_time()
@@ -219,6 +290,8 @@ class Trainer:
                     evaluate = bool(t.eval_every and self.step_count % t.eval_every == 0) or done
                     last, val, window = self._log(meter, log, bar, window, evaluate)
                     first = last if math.isnan(first) else first
+                if self.dist.all_max(float(signals.received is not None)) > 0:  # a scheduler's notice
+                    self.stopped_by, done = signals.received or "a signal on another rank", True
                 if self.step_count % t.save_every == 0 or done:
                     self.save()
                 _fault_kill_after(self.step_count)
@@ -228,7 +301,8 @@ class Trainer:
         self.elapsed, self._t0 = self.elapsed + seconds, None
         if self.dist.is_main:
             plot_losses(self.out / "metrics.csv", self.out / "loss.png", f"{self.recipe.name}")
-        return TrainResult(self.step_count, self.tokens_seen - tokens_at_start, seconds, first, last, val, self.out)
+        return TrainResult(self.step_count, self.tokens_seen - tokens_at_start, seconds, first, last, val, self.out,
+                           self.stopped_by)
 
     def _log(self, meter: LossMeter, log, bar, window, evaluate: bool):
         """Reduce the window's losses over ranks, evaluate when due, write a metrics row; (loss, val, window)."""
@@ -289,15 +363,36 @@ class Trainer:
                       f"(time budget {self.schedule.budget_seconds / 60:g} min)")
 
     # ------------------------------------------------------------------ checkpoints and export
-    def save(self) -> Path:
+    def save(self) -> Path | None:
         """Atomic DeepSpeed checkpoint (all ranks), then a refreshed ``hf/`` export."""
         state = {"position": self.position, "tokens": self.tokens_seen, "elapsed": self.elapsed_total(),
                  "domain_tokens": self.dist.gather_objects(self.domain_tokens.tolist()),
-                 "schedule_steps": self.schedule.total, "recipe": self.recipe.to_dict()}
-        path = self.store.save(self.engine, self.step_count, state)
-        self.export(self.out / HF_DIR)
+                 "schedule_steps": self.schedule.total, "recipe": self.recipe.to_dict(),
+                 "skipped": sorted(self.skipped)}
+        try:
+            path = self.store.save(self.engine, self.step_count, state)
+            self._export_or_fail()
+        except CheckpointSaveError as e:
+            if self.recipe.train.on_save_error == "stop":
+                raise
+            if self.dist.is_main:
+                self.echo(f"train: {e}; training on (train.on_save_error=continue)")
+            return None
         self.dist.barrier()
+        if self.after_save is not None:
+            self.after_save(self)
         return path
+
+    def _export_or_fail(self) -> None:
+        why = None
+        try:
+            self.export(self.out / HF_DIR)
+        except OSError as e:
+            why = f"{e.strerror or e} ({e.filename or self.out / HF_DIR})"
+            shutil.rmtree(self.out / (HF_DIR + ".tmp"), ignore_errors=True)
+        why = next((w for w in self.dist.gather_objects(why) if w), None)
+        if why:
+            raise CheckpointSaveError(f"export {self.out / HF_DIR} not refreshed: {why}; the previous export is intact")
 
     def load(self) -> bool:
         """Resume from the newest complete checkpoint (False when starting fresh)."""
@@ -313,6 +408,7 @@ class Trainer:
             self.domain_tokens = torch.tensor(saved, dtype=torch.float64).sum(0)
         if state.get("schedule_steps") is not None:
             self.schedule.total = int(state["schedule_steps"])
+        self.skipped |= {int(p) for p in state.get("skipped", [])}
         return True
 
     def state_dict_for_export(self, dtype: torch.dtype) -> dict | None:
@@ -322,8 +418,12 @@ class Trainer:
         keeps a copy in ``dtype``.
         """
         module = self.engine.module
+        if self.recipe.lora is not None:
+            from logos.finetune.lora import merged_state_dict
+
+            return merged_state_dict(module, dtype) if self.dist.is_main else None
         if self.recipe.train.zero_stage != 3:
-            return {k: v.detach().to(dtype).clone() for k, v in module.state_dict().items()} \
+            return {k: v.detach().to(dtype, copy=True) for k, v in module.state_dict().items()} \
                 if self.dist.is_main else None
         import deepspeed
 
@@ -333,7 +433,7 @@ class Trainer:
             with deepspeed.zero.GatheredParameters([p for _, p in own], modifier_rank=None):
                 if self.dist.is_main:
                     for name, p in own:
-                        out[f"{prefix}.{name}" if prefix else name] = p.detach().to(dtype).clone()
+                        out[f"{prefix}.{name}" if prefix else name] = p.detach().to(dtype, copy=True)
                     for name, b in sub.named_buffers(recurse=False):
                         if name not in sub._non_persistent_buffers_set:
                             out[f"{prefix}.{name}" if prefix else name] = b.detach().clone()
@@ -349,6 +449,8 @@ class Trainer:
             return None
         run = {"recipe": self.recipe.to_dict(), "step": self.step_count, "tokens": self.tokens_seen,
                "precision": self.precision, "shards": self.meta, "world_size": self.dist.world}
+        if self.recipe.lora is not None:
+            self.engine.module.save_pretrained(str(self.out / "adapter"))  # peft's format, beside the merged export
         return export_hf(sd, self.engine.module.config, self.out / TOKENIZER_DIR, out, run,
                          dtype=self.recipe.train.export_dtype)
 

@@ -1,0 +1,86 @@
+"""What a training run does when something goes wrong: a non-finite loss, a corrupt batch, a stop signal.
+
+Each fault is detected on every rank at the same step (one scalar all-reduce) and reported in one line;
+the run then stops or skips as the recipe says (``train.on_nonfinite``, ``train.on_bad_batch``):
+
+- **Non-finite loss** (NaN/inf), detected *before* backward, so no weight has seen it. ``stop`` ends the
+  run with the last complete checkpoint intact (``--resume`` continues from it). ``skip`` does what
+  large runs do after a loss spike: reload the last complete checkpoint in place and replay the data
+  from there, leaving out the batch that produced the fault (its data position joins the run's skip
+  list, which later checkpoints carry), at most ``train.max_skips`` times per run.
+- **Corrupt batch** (token ids outside the vocabulary: a damaged or foreign shard). ``stop``, or ``skip``
+  the batch (no rollback needed: nothing was computed from it).
+- **SIGTERM / SIGUSR1** (a cluster scheduler's notice): the current step finishes, a checkpoint is
+  written, and the run ends with status 143 so a requeue ``--resume``\\s from exactly there. The bound
+  is one step plus one save.
+- A failed checkpoint write (ENOSPC, EIO) is the store's (:mod:`logos.train.checkpoint`): the partial
+  tag is removed, the previous checkpoint stays the one ``--resume`` uses, and the run stops
+  (``train.on_save_error: stop``) or trains on to the next save (``continue``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+
+__all__ = ["TrainingFault", "NonFiniteLoss", "BadBatch", "StopSignal", "check_batch", "nan_injected",
+           "FAULT_NAN_AT_STEP", "EXIT_SIGNALLED"]
+
+EXIT_SIGNALLED = 143  # 128 + SIGTERM: the status schedulers expect from a job that stopped on their notice
+
+# Fault injection, for tests only: with LOGOS_FAULT_NAN_AT_STEP=N the loss of step N is NaN (once per Trainer).
+FAULT_NAN_AT_STEP = "LOGOS_FAULT_NAN_AT_STEP"
+
+
+class TrainingFault(RuntimeError):
+    """A fault that ends the run; its message is the one line the CLI prints."""
+
+
+class NonFiniteLoss(TrainingFault):
+    """The loss of a micro-batch is NaN or infinite on some rank (raised before backward)."""
+
+
+class BadBatch(TrainingFault):
+    """A batch that cannot be trained on (token ids outside the vocabulary)."""
+
+
+def check_batch(tokens: np.ndarray, vocab_size: int, where: str) -> None:
+    """Raise :class:`BadBatch` when ``tokens`` hold ids outside ``[0, vocab_size)``."""
+    low, high = int(tokens.min()), int(tokens.max())
+    if low < 0 or high >= vocab_size:
+        raise BadBatch(f"{where}: token id {high if high >= vocab_size else low} outside the vocabulary "
+                       f"(0..{vocab_size - 1}): the shard is corrupt or from another tokenizer")
+
+
+def nan_injected(step: int) -> bool:
+    """Tests only: whether ``LOGOS_FAULT_NAN_AT_STEP`` names this step (the trainer fires it once)."""
+    fault = os.environ.get(FAULT_NAN_AT_STEP)
+    return bool(fault) and int(fault) == step
+
+
+class StopSignal:
+    """Context manager: while active, SIGTERM/SIGUSR1 set :attr:`received` instead of killing the process."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+    def __init__(self):
+        self.received: str | None = None
+        self._old: dict = {}
+
+    def _handler(self, signum, frame) -> None:
+        self.received = signal.Signals(signum).name
+
+    def __enter__(self) -> "StopSignal":
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for s in self.SIGNALS:
+                self._old[s] = signal.signal(s, self._handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, old in self._old.items():
+            signal.signal(s, old)
+        self._old.clear()
