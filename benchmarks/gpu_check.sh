@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The GPU check (issue 15) on the lent machine: install the carried wheels, then run benchmarks/gpu_check.py.
+# Prepared here by `make gpu-wheels` (gpu_wheels/ and gpu_shards/, carried with the tree). On the GPU machine:
+#   bash benchmarks/gpu_check.sh            # writes $OUT/gpu_check.json and the generated texts under $OUT
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-gpu_check_out}"
+mkdir -p "$OUT"
+# No network there: every wheel comes from gpu_wheels/ (DeepSpeed pure-Python, llguidance and lark for cp312,
+# DeepSpeed's small dependencies, this project without RDKit/gemmi/spglib). --no-deps keeps the machine's torch.
+python -m pip install -q --no-index --no-deps --target "$OUT/site" gpu_wheels/*.whl
+export PYTHONPATH="$PWD/$OUT/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export DS_BUILD_OPS=0 DS_SKIP_CUDA_CHECK=1 TOKENIZERS_PARALLELISM=false
+timeout 290 python benchmarks/gpu_check.py --out "$OUT/gpu_check.json" --shards gpu_shards "$@"
