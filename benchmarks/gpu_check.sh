@@ -6,8 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-gpu_check_out}"
 mkdir -p "$OUT"
-# No network there: every wheel comes from gpu_wheels/ (DeepSpeed pure-Python, llguidance and lark for cp312,
-# DeepSpeed's small dependencies, this project without RDKit/gemmi/spglib). --no-deps keeps the machine's torch.
+# No network there: every wheel comes from gpu_wheels/ (DeepSpeed pure-Python and its small dependencies; with
+# GPU_GENERATE=1 also RDKit, gemmi, spglib, lark, llguidance). The project runs from the tree. --no-deps keeps
+# the machine's torch. Without the generation wheels, pass --parts train,zero3.
 python -m pip install -q --no-index --no-deps --target "$OUT/site" gpu_wheels/*.whl
 export PYTHONPATH="$PWD/$OUT/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export DS_BUILD_OPS=0 DS_SKIP_CUDA_CHECK=1 TOKENIZERS_PARALLELISM=false

@@ -1,0 +1,210 @@
+"""``logos finetune``: build the task's pairs, pack them, train through the one trainer, score every checkpoint.
+
+A finetune is data plus a recipe: the run directory gets ``data/pairs.jsonl`` (and ``data/val_pairs.jsonl``
+when ``finetune.val_sources`` are given), ``data/shards`` packed with the base checkpoint's tokenizer
+(loss on completion tokens only), then :class:`logos.train.Trainer` trains from ``train.init_from``
+(full finetuning, or LoRA with a ``lora`` section) with the same checkpoints, exact resume and faults
+handling as pretraining. After every checkpoint the task's own metric is computed on
+``finetune.metric_items`` held-out items by generating from the fresh export (the same code as
+``logos generate`` and ``logos evaluate``): top-1 exact match for ``retro``/``forward``, exact match of
+the completion for other tasks. It is logged to ``task_metrics.csv`` and the best export is kept as
+``best/`` (ties keep the earlier one).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from logos.finetune.data import PairOptions, build_pairs
+from logos.records import ErrorLog, InputError, errors_path_for
+from logos.train.recipe import ConfigError, Recipe
+
+__all__ = ["finetune", "FinetuneResult", "prepare_data", "TaskMetric"]
+
+
+@dataclass
+class FinetuneResult:
+    train: object            # logos.train.TrainResult
+    pairs: int
+    best_metric: float | None
+    best_step: int | None
+
+
+def _tokenizer_of(recipe: Recipe) -> Path:
+    """The base checkpoint (a user path or a shipped name such as ``checkpoints/tiny-moses``), resolved."""
+    from logos.resources import ResourceNotFound, resolve
+
+    base = recipe.train.init_from
+    if base is None:
+        raise ConfigError("a finetune needs train.init_from (the checkpoint to start from, or --init-from)")
+    try:
+        return resolve(base)
+    except ResourceNotFound as e:
+        raise ConfigError(f"train.init_from: {e}") from None
+
+
+def prepare_data(recipe: Recipe, echo) -> tuple[Path, int]:
+    """Pairs and shards in ``OUT/data`` (kept on resume); (shard dir, number of pairs)."""
+    from logos.pack import pack
+
+    f, out = recipe.finetune, Path(recipe.train.out_dir) / "data"
+    shards = out / "shards"
+    if (shards / "meta.json").exists():
+        return shards, sum(1 for _ in open(out / "pairs.jsonl"))
+    if not f.sources:
+        raise ConfigError("finetune.sources is empty: name the files to build the task's pairs from")
+    out.mkdir(parents=True, exist_ok=True)
+    options = PairOptions(task=f.task, augment=f.augment, seed=recipe.train.seed, marker=f.marker,
+                          with_space_group=f.with_space_group)
+    errors = ErrorLog(errors_path_for(out / "pairs.jsonl"), echo=lambda line: None)
+    try:
+        n = build_pairs([Path(s) for s in f.sources], options, out / "pairs.jsonl", errors)
+        val_files = []
+        if f.val_sources:
+            val_options = PairOptions(task=f.task, seed=recipe.train.seed, marker=f.marker,
+                                      with_space_group=f.with_space_group)  # held-out items: canonical only
+            build_pairs([Path(s) for s in f.val_sources], val_options, out / "val_pairs.jsonl", errors)
+            val_files = [out / "val_pairs.jsonl"]
+    finally:
+        errors.close()
+    if n == 0:
+        raise InputError(f"no pairs built from {', '.join(f.sources)} (see {errors.path})")
+    echo(f"finetune: {n:,} {f.task} pairs" + (f", {errors.count} records refused (see {errors.path})"
+                                               if errors.count else ""))
+    pack([out / "pairs.jsonl"], _tokenizer_of(recipe), shards, val_fraction=f.val_fraction,
+         val_inputs=val_files or None, seed=recipe.train.seed, progress=False)
+    return shards, n
+
+
+class TaskMetric:
+    """The task's metric on held-out items, from the run's fresh export; keeps ``best/`` (see the module docstring)."""
+
+    def __init__(self, recipe: Recipe, data: Path, echo):
+        self.recipe, self.echo = recipe, echo
+        self.out = Path(recipe.train.out_dir)
+        self.items = self._held_out(data)
+        self.best: tuple[float, int] | None = None
+        log = self.out / "task_metrics.csv"
+        if log.exists():
+            rows = list(csv.DictReader(open(log)))
+            scored = [(float(r["value"]), -int(r["step"])) for r in rows]
+            if scored:
+                value, neg_step = max(scored)
+                self.best = (value, -neg_step)
+
+    def _held_out(self, data: Path) -> list[dict]:
+        f = self.recipe.finetune
+        path = data / "val_pairs.jsonl" if (data / "val_pairs.jsonl").exists() else None
+        records = [json.loads(line) for line in open(path)] if path else []
+        if not records:  # the packed val split: its groups, canonical variants only
+            from logos.splits import group_key, split_of
+
+            records = [r for r in map(json.loads, open(data / "pairs.jsonl")) if "#" not in str(r.get("id", ""))
+                       and split_of(group_key(r), self.recipe.train.seed, f.val_fraction) == "validation"]
+        return records[: f.metric_items]
+
+    @property
+    def name(self) -> str:
+        return "top1" if self.recipe.finetune.task in ("retro", "forward") else "exact_match"
+
+    def score(self, checkpoint: Path) -> float:
+        from logos.generate import GenerateOptions, Sampling, generate
+
+        f = self.recipe.finetune
+        task = f.task if f.task in ("retro", "forward") else None
+        work = self.out / "task_metric_work"
+        work.mkdir(exist_ok=True)
+        if task:
+            inputs = work / "inputs.smi"
+            inputs.write_text("".join(f"{_smiles_of(r['prompt'])} item{i}\n" for i, r in enumerate(self.items)))
+            options = GenerateOptions(task=task, n=f.metric_samples, batch_size=8,
+                                      sampling=Sampling(max_new_tokens=128), seed=0, resamples=1)
+            result = generate(checkpoint, work / "out.rsmi", options, inputs=inputs, progress=False)
+            top1 = {}
+            for s in result.samples:  # ranked per input: the first of each input is its top-1
+                top1.setdefault(s.input_id, s.key)
+            hits = sum(top1.get(f"item{i}") == _answer_key(r["completion"]) for i, r in enumerate(self.items))
+            return hits / max(1, len(self.items))
+        return self._exact_match(checkpoint)
+
+    def _exact_match(self, checkpoint: Path) -> float:
+        """Greedy completion of each prompt equals the reference completion (grammar tasks without a scorer here)."""
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(checkpoint))
+        model = AutoModelForCausalLM.from_pretrained(str(checkpoint)).eval()
+        hits = 0
+        for r in self.items:
+            ids = tok(r["prompt"], add_special_tokens=False, return_tensors="pt")["input_ids"]
+            if tok.bos_token_id is not None:
+                ids = torch.cat([torch.tensor([[tok.bos_token_id]]), ids], dim=1)
+            want = tok(r["completion"], add_special_tokens=False)["input_ids"]
+            with torch.no_grad():
+                got = model.generate(ids, max_new_tokens=len(want) + 1, do_sample=False,
+                                     pad_token_id=tok.pad_token_id or tok.eos_token_id)[0, ids.shape[1]:].tolist()
+            hits += got[: len(want)] == want
+        return hits / max(1, len(self.items))
+
+    def __call__(self, trainer) -> None:
+        if not self.items or not trainer.dist.is_main:
+            trainer.dist.barrier()
+            return
+        value = self.score(self.out / "hf")
+        step = trainer.step_count
+        improved = self.best is None or value > self.best[0]
+        if improved:
+            tmp = self.out / "best.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(self.out / "hf", tmp)
+            shutil.rmtree(self.out / "best", ignore_errors=True)
+            tmp.replace(self.out / "best")
+            self.best = (value, step)
+        log = self.out / "task_metrics.csv"
+        new = not log.exists()
+        with open(log, "a", newline="") as fh:
+            w = csv.writer(fh)
+            if new:
+                w.writerow(["step", "metric", "value", "items", "best_step"])
+            w.writerow([step, self.name, f"{value:.4f}", len(self.items), self.best[1]])
+        self.echo(f"finetune: step {step} {self.name} {value:.3f} on {len(self.items)} held-out items"
+                  + (" (best so far -> best/)" if improved else f" (best {self.best[0]:.3f} at step {self.best[1]})"))
+        trainer.dist.barrier()
+
+
+def _smiles_of(prompt: str) -> str:
+    from logos.chem import molecules_in_text
+
+    return ".".join(molecules_in_text(prompt))
+
+
+def _answer_key(completion: str) -> str:
+    from logos.chem import canonical_smiles, molecules_in_text, parse_smiles
+
+    return ".".join(sorted(canonical_smiles(parse_smiles(s)) for s in molecules_in_text(completion)))
+
+
+def finetune(recipe: Recipe, resume: bool = False, progress: bool | None = None, echo=None) -> FinetuneResult:
+    """Build the data (once), train, score: see the module docstring."""
+    from logos.train import Trainer, distributed
+
+    echo = echo or (lambda line: print(line, file=sys.stderr))
+    if recipe.finetune is None:
+        raise ConfigError("not a finetune recipe: it has no finetune section (see finetune/*.yaml)")
+    dist = distributed.init()
+    recipe.train.init_from = str(_tokenizer_of(recipe))
+    if dist.is_main:
+        shards, n = prepare_data(recipe, echo)
+    dist.barrier()
+    shards, n = Path(recipe.train.out_dir) / "data" / "shards", (n if dist.is_main else 0)
+    recipe.train.data = str(shards)
+    metric = TaskMetric(recipe, shards.parent, echo) if recipe.finetune.metric_items else None
+    trainer = Trainer(recipe, resume=resume, progress=progress, echo=echo, after_save=metric)
+    result = trainer.train()
+    best = metric.best if metric else None
+    return FinetuneResult(result, n, best[0] if best else None, best[1] if best else None)

@@ -1,0 +1,155 @@
+"""logos finetune: pairs from real reactions, the completion-only loss mask, full and LoRA finetuning, merged
+export parity, exact resume."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from logos.finetune.data import PairOptions, build_pairs
+from logos.records import ErrorLog
+from logos.train.recipe import load_recipe
+from train_fixtures import REPO, cli_env
+
+ASSET = Path(__file__).parent / "assets" / "reactions" / "uspto50k_val_120.csv"
+
+
+@pytest.fixture(scope="module")
+def reactions() -> Path:
+    """120 atom-mapped USPTO-50k validation reactions (the first rows of the shared benchmark file)."""
+    return ASSET
+
+
+def _errors(tmp_path):
+    return ErrorLog(tmp_path / "errors.jsonl", echo=lambda line: None)
+
+
+def test_reaction_pairs_drop_atom_maps_and_keep_variants_in_one_group(reactions, tmp_path):
+    from rdkit import Chem
+
+    out = tmp_path / "pairs.jsonl"
+    n = build_pairs([reactions], PairOptions(task="retro", augment=2, seed=1), out, _errors(tmp_path))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert n == len(rows) == 3 * 120
+    first = [r for r in rows if r["id"].startswith("US20090105259A1")]
+    assert len(first) == 3 and len({r["group"] for r in first}) == 1  # one reaction, one split side
+    assert first[0]["prompt"].endswith("<ReverseReact>") and ":" not in first[0]["prompt"]  # maps removed
+    canon = lambda text: sorted(Chem.CanonSmiles(s) for s in text.replace("<MoleculeS>", " ").replace(  # noqa: E731
+        "<MoleculeE>", " ").replace("<ReverseReact>", " ").split())
+    assert canon(first[1]["completion"]) == canon(first[0]["completion"])  # a randomized spelling ...
+    assert first[1]["completion"] != first[0]["completion"]                  # ... of the same reactants
+    assert canon(first[0]["prompt"]) == [Chem.CanonSmiles(
+        "CC(C)C[C@H](NC(=O)c1cc2ccccc2s1)C(=O)NCCCCNC(=O)OC(C)(C)C")]
+
+
+def test_split_and_jsonl_pairs_cut_at_the_marker_and_refuse_bad_rows(tmp_path):
+    src = tmp_path / "pockets.jsonl"
+    src.write_text(json.dumps({"id": "p1", "text": "<ProteinS>MKT<ProteinE><Search><ProteinS>M<PocketS>K<PocketE>T"
+                                                     "<ProteinE>"}) + "\n" + json.dumps({"id": "p2", "text": "<ProteinS>MK<ProteinE>"}) + "\n")
+    out, errors = tmp_path / "pairs.jsonl", _errors(tmp_path)
+    assert build_pairs([src], PairOptions(task="pocket"), out, errors) == 1
+    pair = json.loads(out.read_text())
+    assert pair["prompt"] == "<ProteinS>MKT<ProteinE><Search>" and pair["completion"].startswith("<ProteinS>M<PocketS>")
+    assert errors.count == 1
+    bad = tmp_path / "sft.jsonl"
+    bad.write_text('{"prompt": "a", "completion": "b"}\n{"prompt": "a"}\n')
+    assert build_pairs([bad], PairOptions(task="pairs"), tmp_path / "p2.jsonl", errors) == 1
+
+
+def test_loss_mask_covers_exactly_the_completion_and_its_end(tmp_path):
+    from logos.pack import pack
+    from logos.shards import ShardReader
+    from transformers import AutoTokenizer
+
+    tok_dir = REPO / "checkpoints" / "tiny-moses"
+    pairs = tmp_path / "pairs.jsonl"
+    prompt, completion = "<MoleculeS>CC(=O)OCC<MoleculeE><ReverseReact>", "<MoleculeS>CC(=O)O<MoleculeE><MoleculeS>CCO<MoleculeE>"
+    pairs.write_text(json.dumps({"prompt": prompt, "completion": completion, "domain": "retro"}) + "\n")
+    pack([pairs], tok_dir, tmp_path / "shards", val_fraction=0.0, progress=False)
+    tok = AutoTokenizer.from_pretrained(str(tok_dir))
+    p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+    c_ids = tok(completion, add_special_tokens=False)["input_ids"]
+    doc = [tok.bos_token_id] + p_ids + c_ids + [tok.eos_token_id]
+    reader = ShardReader(tmp_path / "shards", "train", seq_len=len(doc) - 1)
+    batch = reader.rows_at([0])
+    assert batch.tokens[0].tolist() == doc
+    targets = batch.tokens[0, 1:]
+    trained = targets[batch.loss_mask[0].astype(bool)].tolist()
+    assert trained == c_ids + [tok.eos_token_id]  # the completion's tokens and the end; no prompt token
+
+
+def _recipe(tmp_path: Path, reactions: Path, name: str, *extra: str):
+    return load_recipe(REPO / "finetune" / "retro.yaml", [
+        f"finetune.sources=[{reactions}]", f"train.out_dir={tmp_path / name}", "train.max_minutes=null",
+        "train.max_steps=12", "train.warmup_steps=2", "train.save_every=6", "train.log_every=1", "train.seq_len=128",
+        "train.micro_batch=4", "train.eval_every=0", "train.eval_rows=8", "train.lr=1e-3", "finetune.metric_items=0",
+        "finetune.augment=0", "finetune.val_fraction=0.1", *extra])
+
+
+def _losses(out: Path) -> dict[int, float]:
+    return {int(r["step"]): float(r["loss"]) for r in csv.DictReader(open(out / "metrics.csv"))}
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_full_and_lora_finetuning_lower_the_completion_loss(reactions, tmp_path, lora):
+    from logos.finetune import finetune
+
+    extra = ["lora.rank=8", "train.lr=3e-3"] if lora else []
+    result = finetune(_recipe(tmp_path, reactions, "run", *extra), progress=False, echo=lambda line: None)
+    losses = _losses(tmp_path / "run")
+    first, last = np.mean([losses[s] for s in (1, 2, 3)]), np.mean([losses[s] for s in (10, 11, 12)])
+    assert last < first - 0.3, losses
+    assert result.train.steps == 12
+    if lora:
+        assert (tmp_path / "run" / "adapter" / "adapter_config.json").exists()
+
+
+def test_lora_merged_export_reproduces_the_live_model(reactions, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from logos.finetune.run import prepare_data
+    from logos.train import Trainer
+
+    recipe = _recipe(tmp_path, reactions, "run", "lora.rank=8", "train.lr=3e-2")
+    recipe.train.init_from = str(REPO / "checkpoints" / "tiny-moses")
+    shards, _ = prepare_data(recipe, echo=lambda line: None)
+    recipe.train.data = str(shards)
+    trainer = Trainer(recipe, progress=False, echo=lambda line: None)
+    for _ in range(4):
+        trainer.step()
+    trainer.save()
+    x = torch.tensor([trainer.train_reader.batch(0, 1).tokens[0, :48].tolist()])
+    live = trainer.logits(x)
+    base = AutoModelForCausalLM.from_pretrained(REPO / "checkpoints" / "tiny-moses").eval()
+    with torch.no_grad():
+        assert not torch.allclose(base(x).logits, live, atol=1e-3)  # the adapters changed the model ...
+        merged = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "hf").eval()(x).logits
+    torch.testing.assert_close(merged, live, rtol=1e-4, atol=1e-4)  # ... and the merged export is that model
+
+
+def test_killed_finetune_resumes_exactly(reactions, tmp_path):
+    from logos.train.trainer import FAULT_KILL_AFTER_STEP
+
+    def run(name: str, env_extra: dict, *args: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "logos.cli", "finetune", "--config", str(REPO / "finetune" / "retro.yaml"), "-q",
+               "--set", f"finetune.sources=[{reactions}]", "--set", f"train.out_dir={tmp_path / name}",
+               "--set", "train.max_minutes=null", "--set", "train.max_steps=8", "--set", "train.save_every=4",
+               "--set", "train.log_every=1", "--set", "train.seq_len=128", "--set", "train.micro_batch=4",
+               "--set", "train.eval_every=0", "--set", "finetune.metric_items=0", "--set", "finetune.augment=1", *args]
+        return subprocess.run(cmd, env={**cli_env(), **env_extra}, capture_output=True, text=True, timeout=900)
+
+    straight = run("straight", {})
+    assert straight.returncode == 0, straight.stderr
+    killed = run("broken", {FAULT_KILL_AFTER_STEP: "4"})
+    assert killed.returncode == -9
+    resumed = run("broken", {}, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    got, expected = _losses(tmp_path / "broken"), _losses(tmp_path / "straight")
+    assert [got[s] for s in (5, 6, 7, 8)] == pytest.approx([expected[s] for s in (5, 6, 7, 8)], rel=1e-6)
