@@ -12,8 +12,9 @@ refuse the absurd ones (``--max-atoms`` for SMILES, SDF and reaction records, co
 only when the string is longer than the limit; ``--max-mb`` for structure and crystal files): a
 20,000-atom SMILES chain is refused in microseconds instead of crashing RDKit's recursion. Light
 records (lines, SDF blocks) travel in batches of 256, files alone, so a crash re-runs at most one
-batch and the overhead per SMILES stays a few microseconds. The output is flushed after every batch:
-a killed run keeps everything it wrote.
+batch and the overhead per SMILES stays a few microseconds. The output is flushed as records arrive:
+a killed run keeps everything it wrote (the file is flushed whenever the main process waits for
+its workers, and workers hand over a slow batch's finished records every 0.25 s).
 """
 
 from __future__ import annotations
@@ -62,11 +63,16 @@ class Limits:
 _SMILES_ATOM = re.compile(r"\[[^\]]*\]|Br|Cl|[BCNOPSFIbcnops*]")
 
 
+LONG_TEXT = 2000  # characters: a longer SMILES/SDF record travels alone, like a file
+
+
 def _is_heavy(pair: tuple[str | None, WorkItem]) -> bool:
-    """Items that are whole files or CIF blocks travel alone (slow to parse; a crash re-runs nothing else)."""
-    item = pair[1]
-    return item.payload is not None and not (isinstance(item.payload, str) and not item.extra.get("format")
-                                             and not item.extra.get("structure"))
+    """Items that travel alone: whole files, CIF blocks, and long records (the ones that crash or stall a
+    library): the batch before them is finished and written first, and a crash re-runs nothing else."""
+    p, extra = pair[1].payload, pair[1].extra
+    if p is None:
+        return False
+    return not isinstance(p, str) or bool(extra.get("format") or extra.get("structure")) or len(p) > LONG_TEXT
 
 
 def oversize(item: WorkItem, limits: Limits) -> str | None:
@@ -210,8 +216,7 @@ def tokenize_files(
         fh.flush()
         results = imap_isolated(items, _encode_one, workers=workers, timeout=limits.timeout, batch=BATCH,
                                 heavy=_is_heavy,
-                                init=_init_worker, initargs=(options,))
-        last_flush = time.monotonic()
+                                init=_init_worker, initargs=(options,), before_wait=fh.flush)
         try:
             for (_, item), result in results:
                 if isinstance(result, Failure):
@@ -223,9 +228,6 @@ def tokenize_files(
                 n_records += len(lines)
                 n_inputs += 1
                 bar.update(1)
-                if lines and time.monotonic() - last_flush > 0.2:  # a killed run keeps what it wrote
-                    fh.flush()
-                    last_flush = time.monotonic()
         finally:
             results.close()
             bar.close()
