@@ -98,7 +98,7 @@ def safe_name(ident: object, default: str = "record", max_len: int = 100) -> str
     control characters) becomes ``_``; leading dots are dropped (no ``..``, no hidden files), so the
     result is always one plain name inside the output folder; empty -> ``default``.
     """
-    name = _UNSAFE.sub("_", str(ident)).lstrip(".").strip("_")[:max_len].rstrip(".")
+    name = _UNSAFE.sub("_", str(ident)).strip("._")[:max_len].rstrip("._")
     return name or default
 
 

@@ -119,3 +119,27 @@ def test_pool_restarts_crashed_and_stalled_workers_and_keeps_order(workers):
     assert "SIGSEGV" in failed[7] and "timed out" in failed[13]
     assert all(r == item * item for item, r in out if item not in failed)  # batch-mates of 7 and 13 were redone
 
+
+
+# ---------------------------------------------------------------- safety
+def test_no_remote_code_anywhere_in_the_package():
+    """``trust_remote_code`` is never true: every mention in the package source sets it False."""
+    import re
+
+    hits = []
+    for path in (REPO / "logos").rglob("*.py"):
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if "trust_remote_code" in line and not re.search(r"trust_remote_code\s*[=:]\s*False", line):
+                hits.append(f"{path.relative_to(REPO)}:{n}: {line.strip()}")
+    assert not hits, hits
+
+
+@pytest.mark.parametrize("ident", ["../../etc/passwd", "/etc/passwd", "a\x00b", "..", ".", "", "a/../../b",
+                                   "C:\\Windows\\x", "~/.ssh/id", "\n\t"])
+def test_safe_name_stays_inside_the_folder(tmp_path, ident):
+    from logos.records import safe_name
+
+    name = safe_name(ident)
+    assert name and "/" not in name and "\\" not in name and "\x00" not in name and not name.startswith(".")
+    assert (tmp_path / name).resolve().parent == tmp_path.resolve()
+    assert safe_name("1abc_LIG1-2.x") == "1abc_LIG1-2.x"  # ordinary ids are kept as they are
