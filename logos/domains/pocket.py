@@ -124,7 +124,8 @@ def _file_ligand(payload: dict) -> ccd.Ligand:
     return ccd.ligand_from_mol(mol, payload["label"])
 
 
-def _hetero_ligand(st: structure.Structure, k: int, opts: PocketOptions) -> ccd.Ligand:
+def _hetero_ligand(st: structure.Structure, k: int, opts: PocketOptions | None = None) -> ccd.Ligand:
+    opts = opts or PocketOptions()
     res, chain = st.ligand_residues[k], st.ligand_chains[k]
     icode = res.seqid.icode.strip()
     label = f"{res.name} {chain}/{res.seqid.num}{icode}"
