@@ -3,7 +3,7 @@
 PY      := .venv/bin/python
 VENV_OK := .venv/.installed
 
-.PHONY: demo test venv bench clean gpu-wheels
+.PHONY: demo test fuzz venv bench clean gpu-wheels
 
 $(VENV_OK): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -16,6 +16,11 @@ venv: $(VENV_OK)
 
 test: $(VENV_OK)
 	$(PY) -m pytest -q tests
+
+# Longer fuzzing of every encoder and detokenizer (hundreds of examples per property, more file
+# mutations); make test runs the same properties on a one-minute budget. LOGOS_FUZZ_SEED varies the files.
+fuzz: $(VENV_OK)
+	LOGOS_FUZZ=long $(PY) -m pytest -q tests/test_fuzz.py tests/test_isolation.py
 
 demo: $(VENV_OK)
 	bash scripts/demo.sh

@@ -19,11 +19,12 @@ EXIT_OK, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
 
 def _cmd_tokenize(args: argparse.Namespace) -> int:
     from logos.domains import encoder_options
-    from logos.encode import tokenize_files
+    from logos.encode import Limits, tokenize_files
 
     options = encoder_options(vars(args), strict=False)
+    limits = Limits(timeout=args.timeout, max_atoms=args.max_atoms, max_mb=args.max_mb)
     result = tokenize_files([Path(p) for p in args.inputs], Path(args.output), options, domain=args.domain,
-                            workers=args.workers, progress=False if args.quiet else None)
+                            workers=args.workers, progress=False if args.quiet else None, limits=limits)
     rate = result.inputs / result.seconds if result.seconds else 0.0
     print(f"tokenize: {result.records} records from {result.inputs} input records in {result.seconds:.1f} s "
           f"({rate:,.0f} input records/s) -> {args.output}"
@@ -273,7 +274,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("inputs", nargs="+", metavar="FILE")
     p.add_argument("-o", "--output", required=True, metavar="OUT.jsonl")
     p.add_argument("--domain", choices=sorted(DOMAINS), help="domain of every input (default: from each file)")
-    p.add_argument("--workers", type=int, default=1, metavar="N", help="encoder processes (default 1)")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="isolated encoder processes (default 1; 0: in this process, a library crash ends the run)")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                   help="seconds one record may take before it is skipped (default 60; 0: no limit)")
+    p.add_argument("--max-atoms", type=int, default=1000, metavar="N",
+                   help="skip SMILES/SDF/reaction records with more atoms, before RDKit reads them (default 1000; 0: no limit)")
+    p.add_argument("--max-mb", type=float, default=200.0, metavar="MB",
+                   help="skip structure and crystal files larger than this (default 200; 0: no limit)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     add_option_arguments(p, DOMAINS.values())
     p.set_defaults(func=_cmd_tokenize)

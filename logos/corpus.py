@@ -38,7 +38,7 @@ from pathlib import Path
 
 import yaml
 
-from logos.records import InputError, errors_path_for, read_records
+from logos.records import InputError, errors_path_for, read_records, safe_name
 from logos.splits import group_key, split_of
 
 __all__ = ["Source", "CorpusConfig", "load_config", "build_corpus", "encoder_digest", "directory_digest"]
@@ -213,7 +213,8 @@ def build_part(source: Source, config: CorpusConfig, out_dir: Path, echo=print) 
 
     parts = out_dir / "parts"
     parts.mkdir(parents=True, exist_ok=True)
-    part, marker = parts / f"{source.name}.jsonl", parts / f"{source.name}.done"
+    stem = safe_name(source.name)
+    part, marker = parts / f"{stem}.jsonl", parts / f"{stem}.done"
     inputs = _inputs(source, config.seed)
     options, domain = _tokenize_options(source)
     # Inputs (size, mtime), the source's config and the encoder's code are in the digest: any change redoes the part.
@@ -225,10 +226,10 @@ def build_part(source: Source, config: CorpusConfig, out_dir: Path, echo=print) 
         echo(f"corpus: {source.name}: done earlier, skipped")
         return part
     marker.unlink(missing_ok=True)
-    tmp = parts / f"{source.name}.part.jsonl"
+    tmp = parts / f"{stem}.part.jsonl"
     result = tokenize_files(inputs, tmp, options, domain=domain, workers=config.workers)
     tmp.replace(part)
-    errors = parts / f"{source.name}.errors.jsonl"
+    errors = parts / f"{stem}.errors.jsonl"
     errors.unlink(missing_ok=True)
     if errors_path_for(tmp).exists():
         errors_path_for(tmp).replace(errors)

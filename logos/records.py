@@ -16,6 +16,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,8 @@ __all__ = [
     "read_records",
     "read_header",
     "errors_path_for",
+    "bounded",
+    "safe_name",
 ]
 
 HEADER_KEY = "logos_header"
@@ -67,6 +70,38 @@ def errors_path_for(out: Path) -> Path:
     return out.with_name(name + ".errors.jsonl")
 
 
+MAX_REASON = 200  # characters of one error reason (the echoed input and the library's message together)
+_LONG_WORD = 60  # a longer run without spaces is an echoed input (SMILES, a line of a file): cut to 40
+
+
+def bounded(text: object, limit: int = MAX_REASON) -> str:
+    """One line of at most ``limit`` characters: long words (echoed inputs) cut, then the whole.
+
+    Libraries repeat the whole input in their messages (RDKit's "syntax error while parsing:
+    <the SMILES>"), so a 10,000-atom SMILES would give a 10,000-character error line; cutting
+    each long word first keeps the reason's own words readable.
+    """
+    words = []
+    for w in str(text).split():
+        words.append(w if len(w) <= _LONG_WORD else f"{w[:40]}...[{len(w):,} chars]")
+    line = " ".join(words)
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+=@-]+")
+
+
+def safe_name(ident: object, default: str = "record", max_len: int = 100) -> str:
+    """The one sanitizer of output file names built from input identifiers (ids, titles, CIF blocks).
+
+    Keeps letters, digits and ``. _ + = @ -``; every other run (``/``, ``\\``, NUL, spaces,
+    control characters) becomes ``_``; leading dots are dropped (no ``..``, no hidden files), so the
+    result is always one plain name inside the output folder; empty -> ``default``.
+    """
+    name = _UNSAFE.sub("_", str(ident)).strip("._")[:max_len].rstrip("._")
+    return name or default
+
+
 class ErrorLog:
     """Collects bad records: one line each on stderr, and a JSONL file of ``{source, reason}``."""
 
@@ -77,7 +112,8 @@ class ErrorLog:
         self._echo = echo or (lambda line: print(line, file=sys.stderr))
 
     def add(self, source: str, reason: str) -> None:
-        reason = " ".join(str(reason).split())  # always one line
+        reason = bounded(reason)
+        source = str(source) if len(str(source)) <= 300 else str(source)[:297] + "..."
         self.count += 1
         self._echo(f"{source}: {reason}")
         if self.path is not None:
@@ -85,6 +121,7 @@ class ErrorLog:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._fh = open(self.path, "w", encoding="utf-8")
             self._fh.write(json.dumps({"source": source, "reason": reason}) + "\n")
+            self._fh.flush()  # a killed run keeps its error log too
 
     def close(self) -> None:
         if self._fh is not None:

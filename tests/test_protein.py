@@ -19,6 +19,7 @@ from logos.domains import DOMAINS, detect, encoder_options, pocket, protein, str
 from logos.domains.base import WriterOptions
 from logos.encode import tokenize_files
 from logos.grammar import validate
+from logos.chem import molecules_in_text
 
 ASSETS = Path(__file__).parent / "assets" / "protein"
 POCKET, CONTACT = 5.0, 4.0
@@ -271,11 +272,14 @@ def test_bad_ligands_one_error_each(tmp_path):
     assert "ligands.sdf#3: " in lines[1] and "valence" in lines[1].lower()
 
 
-def test_hetero_ligand_without_ccd_names_is_reported(tmp_path):
-    """1IA1 as shipped by posebusters has renamed ligand atoms: each ligand is one clear error, never guessed."""
+def test_hetero_ligand_without_ccd_names_is_matched_to_its_ccd_entry_as_a_graph(tmp_path):
+    """1IA1 as shipped by posebusters has renamed ligand atoms: the CCD entry is matched as a graph
+    (meta says ``ccd-graph``), and TQ3 comes out as the crystal ligand of its SDF."""
     records, lines, _ = _tokenize(tmp_path, [ASSETS / "1ia1_protein.pdb.gz"])
-    assert not records and len(lines) == 3
-    assert all("not in its CCD entry" in l and "1ia1_protein.pdb.gz:" in l for l in lines)
+    assert not lines and [r["meta"]["ligand"]["name"] for r in records] == ["TQ3", "NDP", "NDP"]
+    assert all(r["meta"]["ligand"]["bond_orders"] == "ccd-graph" for r in records)
+    sdf = Chem.MolFromMolFile(str(ASSETS / "1ia1_ligand.sdf"))
+    assert Chem.CanonSmiles(molecules_in_text(records[0]["text"])[-1]) == Chem.MolToSmiles(sdf)
 
 
 def test_detection_and_small_molecule_cif(tmp_path):
@@ -461,16 +465,17 @@ def test_three_di_matches_mini3di_on_biopython_chain():
     assert structure.three_di(chain) == enc.build_sequence(enc.encode_chain(bio_chain)).lower()
 
 
-def test_partial_hetero_ligand_is_refused(tmp_path):
-    """A hetero ligand with unmodelled atoms is one clear error (its SMILES would be a fragment's)."""
+def test_partial_hetero_ligand_keeps_its_atoms_and_says_what_is_missing(tmp_path):
+    """A hetero ligand with unmodelled atoms is written as modelled; meta lists the CCD atoms it lacks."""
     lines = gzip.open(ASSETS / "7ztl_protein.pdb.gz", "rt").read().splitlines(keepends=True)
-    # Drop JWG's N1 (not a CCD leaving atom; the model already lacks the leaving atom O5, which is allowed).
+    # Drop JWG's N1 (not a CCD leaving atom; the model already lacks the leaving atom O5, which is not listed).
     cut = tmp_path / "7ztl_partial.pdb"
     cut.write_text("".join(l for l in lines if not (l.startswith("HETATM") and l[17:20] == "JWG"
                                                     and l[12:16].strip() == "N1")))
     records, lines_out, _ = _tokenize(tmp_path, [cut])
-    assert [r["meta"]["ligand"]["name"] for r in records] == ["ADP"]
-    assert len(lines_out) == 1 and "JWG B/101" in lines_out[0] and "not modelled" in lines_out[0]
+    assert not lines_out and [r["meta"]["ligand"]["name"] for r in records] == ["ADP", "JWG"]
+    lig = records[1]["meta"]["ligand"]
+    assert lig["bond_orders"] == "ccd" and lig["unmodelled_atoms"] == ["N1"] and "N1" not in lig["atoms"]
 
 
 def test_mol2_ligand_pocket_equals_gemmi(tmp_path):
@@ -509,13 +514,18 @@ def test_cli_reports_bad_files_in_one_line_each(tmp_path):
     assert detok.returncode == 0 and (tmp_path / "cli.fasta").read_text().startswith(">1A8O|A\nMDIRQ")
 
 
-def test_hemes_are_refused_and_the_bound_ligand_written(tmp_path):
-    """Haemoglobin 1G9V: each HEM (Fe coordination, no dative bonds in the grammar) is one clear error;
+def test_hemes_are_written_with_dative_bonds_and_the_bound_ligand_too(tmp_path):
+    """Haemoglobin 1G9V: each HEM is written with its Fe coordination as dative bonds (heme b's formula);
     the crystal ligand from its SDF is written and checked against gemmi."""
+    from rdkit.Chem.rdMolDescriptors import CalcMolFormula
+
     path = ASSETS / "1g9v_protein.pdb.gz"
     records, lines, _ = _tokenize(tmp_path, [path], name="a.jsonl")
-    assert not records and len(lines) == 4
-    assert all(":HEM " in l and "metal coordination bonds (Fe)" in l for l in lines)
+    assert not lines and [r["meta"]["ligand"]["name"] for r in records] == ["HEM"] * 4
+    for r in records:
+        smiles = molecules_in_text(r["text"])[-1]
+        assert "->" in smiles or "<-" in smiles
+        assert CalcMolFormula(Chem.MolFromSmiles(smiles)) == "C34H32FeN4O4"
     (rec,), lines, _ = _tokenize(tmp_path, [path], "--ligand", str(ASSETS / "1g9v_ligand.sdf"), name="b.jsonl")
     assert not lines and len(rec["meta"]["chains"]) == 4
     sdf = Chem.MolFromMolFile(str(ASSETS / "1g9v_ligand.sdf"))

@@ -200,6 +200,8 @@ class MoleculeDomain(Domain):
         return textfiles.count_records(path)
 
     def encode(self, item: WorkItem, opts: MoleculeOptions) -> list[dict]:
+        if not item.extra.get("sdf") and not item.payload.isascii():  # RDKit's wrapper fails with a SystemError
+            raise RecordError("SMILES has non-ASCII characters")
         mol = parse_molblock(item.payload) if item.extra.get("sdf") else parse_smiles(item.payload)
         records = []
         for k, text in enumerate(encode_mol(mol, opts, item.source)):

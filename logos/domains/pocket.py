@@ -11,15 +11,18 @@ Ligands come from ``--ligand FILE`` (SDF or MOL2, every molecule in it is posed 
 structure input; RDKit reads the bond orders from the file; ``--ligand auto`` pairs each
 ``X_protein.pdb`` with the ``X_ligand.sdf`` beside it) or, by default, from the structure's
 own hetero groups (:mod:`logos.domains.structure`: at least 6 heavy atoms, not water/ion/buffer/glycan;
-bond orders and charges from the PDB Chemical Component Dictionary, never guessed: :mod:`logos.domains.ccd`).
+bond orders and charges from the PDB Chemical Component Dictionary, a ``--ligand-smiles`` template,
+or with ``--perceive-bonds`` from geometry, as :mod:`logos.domains.ccd` explains; the record's
+``meta.ligand.bond_orders`` says which, and ``dropped_atoms``/``unmodelled_atoms`` what a covalent
+or partial ligand lost).
 
 Pocket marks. A residue with any heavy atom within ``--pocket-cutoff`` (5.0 A) of any ligand heavy
 atom is written ``<PocketS>K<aI><aJ><PocketE>``: ``<aI>`` lists the ligand heavy atoms within
 ``--contact-cutoff`` (4.0 A) of that residue, I being the atom's position in the written SMILES
 (RDKit's ``_smilesAtomOutputOrder`` of the canonical isomeric SMILES, i.e. the atom index of the
 molecule RDKit parses back from that SMILES), ascending. Ligands above 256 heavy atoms cannot be
-indexed and are refused, and so are ligands whose SMILES would need dative (metal coordination)
-bonds, e.g. hemes: the grammar's SMILES has no ``->``.
+indexed and are refused. Metal coordination (hemes, metal cofactors) is written with dative bonds
+(``->``), which the grammar's SMILES allows.
 
 Forms (``--form``): ``complex`` (marked chains, then the ligand), ``ligand-first`` (ligand, then
 marked chains: pocket-from-ligand tasks), ``search`` (plain chains ``<Search>`` chains with pocket
@@ -68,6 +71,11 @@ class PocketOptions(protein.ProteinOptions):
     contact_cutoff: float = option(4.0, "ligand atom <aK> in contact with a pocket residue within this distance "
                                         "(default 4.0)", metavar="A")
     form: str = option("complex", "record form for structures with a ligand", choices=FORMS)
+    ligand_smiles: str | None = option(None, "bond-order templates for hetero ligands (codes not in the CCD, e.g. a "
+                                             "predicted complex's LIG1): CODE=SMILES[,CODE=SMILES] or an SDF file "
+                                             "titled by code", metavar="CODE=SMILES")
+    perceive_bonds: bool = option(False, "ligands with no CCD entry and no template: perceive bond orders from "
+                                         "geometry (RDKit rdDetermineBonds; flagged in meta)")
 
     def __post_init__(self):
         if self.form not in FORMS:
@@ -116,13 +124,16 @@ def _file_ligand(payload: dict) -> ccd.Ligand:
     return ccd.ligand_from_mol(mol, payload["label"])
 
 
-def _hetero_ligand(st: structure.Structure, k: int) -> ccd.Ligand:
+def _hetero_ligand(st: structure.Structure, k: int, opts: PocketOptions | None = None) -> ccd.Ligand:
+    opts = opts or PocketOptions()
     res, chain = st.ligand_residues[k], st.ligand_chains[k]
     icode = res.seqid.icode.strip()
     label = f"{res.name} {chain}/{res.seqid.num}{icode}"
-    mol, names = ccd.ccd_mol(res)  # errors name the ligand; the record source names its residue
+    template = ccd.templates(opts.ligand_smiles).get(res.name)
+    # errors name the ligand; the record source names its residue
+    mol, names, how = ccd.ccd_mol(res, template=template, perceive=opts.perceive_bonds)
     return ccd.Ligand(mol, label, names, {"name": res.name, "chain": chain, "number": res.seqid.num,
-                                                "icode": icode})
+                                          "icode": icode, **how})
 
 
 def ligand_span(lig: ccd.Ligand) -> tuple[str, list[int]]:
@@ -131,14 +142,7 @@ def ligand_span(lig: ccd.Ligand) -> tuple[str, list[int]]:
         raise RecordError(f"ligand {lig.label}: {lig.mol.GetNumAtoms()} heavy atoms; <aK> tokens stop at "
                           f"{MAX_LIGAND_ATOMS}")
     mol = Chem.Mol(lig.mol)
-    smiles = Chem.MolToSmiles(mol, isomericSmiles=True)
-    if "->" in smiles or "<-" in smiles:
-        # RDKit turns metal-ligand bonds that exceed a valence (hemes, metal clusters) into dative
-        # bonds, which the grammar's SMILES does not have; refused rather than rewritten.
-        metals = sorted({a.GetSymbol() for b in mol.GetBonds() if b.GetBondType() == Chem.BondType.DATIVE
-                         for a in (b.GetBeginAtom(), b.GetEndAtom()) if a.GetSymbol() not in "CNOPS"})
-        raise RecordError(f"ligand {lig.label}: metal coordination bonds ({', '.join(metals) or 'dative'}) cannot "
-                          "be written in the grammar's SMILES")
+    smiles = Chem.MolToSmiles(mol, isomericSmiles=True)  # metal coordination as dative bonds (N->Fe)
     order = [int(i) for i in mol.GetProp("_smilesAtomOutputOrder").strip("[],").split(",") if i != ""]
     rank = [0] * len(order)
     for k, i in enumerate(order):
@@ -168,7 +172,7 @@ def encode_structure(st: structure.Structure, lig: ccd.Ligand, opts: PocketOptio
         raise RecordError(f"unknown form {form!r}")
     order = sorted(range(len(rank)), key=rank.__getitem__)
     ligand_meta = dict(lig.meta, label=lig.label, atoms=[lig.atom_names[i] for i in order] if lig.atom_names else [])
-    meta = {"structure": st.name, "chains": [protein.chain_meta(c) for c in st.chains], "ligand": ligand_meta,
+    meta = {**st.meta, "chains": [protein.chain_meta(c) for c in st.chains], "ligand": ligand_meta,
             "pocket_cutoff": opts.pocket_cutoff, "contact_cutoff": opts.contact_cutoff, "form": form}
     return text, meta
 
@@ -186,7 +190,7 @@ def encode_item(item: WorkItem, opts: PocketOptions) -> list[dict]:
         where = f"{res.name} {st.ligand_chains[k]}/{res.seqid.num}{res.seqid.icode.strip()}"
         source = f"{item.source}:{where}"
         try:
-            text, meta = encode_structure(st, _hetero_ligand(st, k), opts)
+            text, meta = encode_structure(st, _hetero_ligand(st, k, opts), opts)
         except RecordError as e:
             # One bad ligand is reported on its own line; the structure's other ligands are still written.
             out.append({"error": str(e), "source": source})

@@ -304,7 +304,7 @@ class ThreeDiWriter(TextWriter):
 
 def structure_record(st, opts: ProteinOptions, source: str, ident: str | None, domain: str = NAME) -> dict:
     """The record of a structure's plain chains (no ligand marks)."""
-    meta = {"structure": st.name, "chains": [chain_meta(c) for c in st.chains]}
+    meta = {**st.meta, "chains": [chain_meta(c) for c in st.chains]}
     return {"text": chains_text(st.chains, opts), "domain": domain, "source": source, "id": ident, "meta": meta}
 
 

@@ -167,6 +167,8 @@ class ReactionDomain(Domain):
         return textfiles.count_records(path)
 
     def encode(self, item: WorkItem, opts: ReactionOptions) -> list[dict]:
+        if not item.payload.isascii():  # RDKit's wrapper fails on non-ASCII with a SystemError
+            raise RecordError("reaction SMILES has non-ASCII characters")
         reactants, agents, products = parse_reaction(item.payload, opts.keep_atom_maps, opts.kekule)
         if opts.drop_agents:
             agents = []

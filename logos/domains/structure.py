@@ -106,6 +106,15 @@ class Structure:
     chains: list[Chain]
     ligand_residues: list[gemmi.Residue]
     ligand_chains: list[str]
+    models: int = 1  # models in the file (NMR ensembles: several); the first one is read
+
+    @property
+    def meta(self) -> dict:
+        """What a record says about the structure as read: its name and, for an ensemble, the model used."""
+        out: dict = {"structure": self.name}
+        if self.models > 1:
+            out["model"] = f"1 of {self.models}"
+        return out
 
     @property
     def n_residues(self) -> int:
@@ -259,7 +268,7 @@ def read_structure(path: Path, seqres: bool = False) -> Structure:
         st.setup_entities()
         st.assign_label_seq_id(False)  # PDB files: align to SEQRES; mmCIF: keep label_seq_id
         chains = [_with_seqres(st, model, c) for c in chains]
-    return Structure(st, path.name, chains, ligands, lig_chains)
+    return Structure(st, path.name, chains, ligands, lig_chains, models=len(st))
 
 
 def _with_seqres(st: gemmi.Structure, model: gemmi.Model, chain: Chain) -> Chain:

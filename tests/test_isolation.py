@@ -1,0 +1,145 @@
+"""Isolation of the tokenize path: hostile records cost one error line each, never the run, the good records or the time."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ASSETS, REPO, records
+
+GOOD = [l.split()[0] for l in (ASSETS / "molecules" / "moses_test_200.smi").read_text().splitlines()[:20]]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+
+
+def _tokenize(src, out, *flags, timeout=240):
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "logos.cli", "tokenize", src, "-o", out, "-q", *map(str, flags)],
+                          capture_output=True, text=True, timeout=timeout, env=ENV)
+    return proc, time.monotonic() - start
+
+
+def _hostile(tmp_path):
+    """5 good, a 20,000-atom chain, 5 good, a 200,000-atom chain, 10 good (generated, not committed)."""
+    src = tmp_path / "hostile.smi"
+    src.write_text("\n".join(GOOD[:5] + ["C" * 20_000] + GOOD[5:10] + ["C" * 200_000] + GOOD[10:]) + "\n")
+    return src, {f"{src}:6", f"{src}:12"}
+
+
+def _check(proc, out, bad_sources):
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    recs = records(out)
+    assert [r["source"].rsplit(":", 1)[1] for r in recs] == [str(i) for i in range(1, 23) if i not in (6, 12)]
+    errors = [json.loads(l) for l in out.with_name(out.stem + ".errors.jsonl").read_text().splitlines()]
+    assert {e["source"] for e in errors} == bad_sources and len(errors) == len(bad_sources)
+    assert all(len(e["reason"]) <= 200 for e in errors)
+    stderr_lines = [l for l in proc.stderr.splitlines() if not l.startswith("tokenize:")]
+    assert len(stderr_lines) == len(errors) and all(len(l) < 400 for l in stderr_lines)
+    return errors
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_huge_chains_are_refused_before_rdkit(tmp_path, workers):
+    src, bad = _hostile(tmp_path)
+    out = tmp_path / "out.jsonl"
+    proc, seconds = _tokenize(src, out, "--workers", workers)
+    errors = _check(proc, out, bad)
+    assert all("--max-atoms" in e["reason"] for e in errors)
+    assert seconds < 60
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_without_size_limits_a_crash_or_stall_costs_one_record(tmp_path, workers):
+    """--max-atoms 0: RDKit really sees the chains; the worker crash or the time limit takes them, nothing else."""
+    src, bad = _hostile(tmp_path)
+    out = tmp_path / "out.jsonl"
+    proc, seconds = _tokenize(src, out, "--workers", workers, "--max-atoms", 0, "--timeout", 3)
+    errors = _check(proc, out, bad)
+    assert all("timed out after 3 s" in e["reason"] or "crash" in e["reason"] for e in errors)
+    assert seconds < 90
+    header = json.loads(out.read_text().splitlines()[0])["logos_header"]
+    assert header["limits"] == {"timeout": 3.0, "max_atoms": 0, "max_mb": 200.0}
+
+
+def test_long_invalid_smiles_gives_a_bounded_error_line(tmp_path):
+    src = tmp_path / "long.smi"
+    src.write_text("C" * 10_000 + "(\n" + GOOD[0] + "\n")
+    out = tmp_path / "out.jsonl"
+    proc, _ = _tokenize(src, out, "--max-atoms", 0)
+    assert proc.returncode == 1 and len(records(out)) == 1
+    (error,) = [json.loads(l) for l in (tmp_path / "out.errors.jsonl").read_text().splitlines()]
+    assert len(error["reason"]) <= 200 and "10,001 chars" in error["reason"]  # the echoed input is cut, and says so
+
+
+def test_a_killed_run_keeps_what_it_wrote(tmp_path):
+    """The good records before a stalled one are on disk while it stalls, and stay there when the run is killed."""
+    src = tmp_path / "stall.smi"
+    good = (ASSETS / "molecules" / "moses_test_200.smi").read_text().splitlines()
+    src.write_text("\n".join(good + ["C" * 200_000]) + "\n")
+    out = tmp_path / "out.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "logos.cli", "tokenize", str(src), "-o", str(out), "-q",
+                             "--max-atoms", "0", "--timeout", "0"], env=ENV, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if out.exists() and len(out.read_text().splitlines()) == 1 + len(good):
+                break
+            time.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    lines = out.read_text().splitlines()
+    assert len(lines) == 1 + len(good)
+    assert [json.loads(l)["source"] for l in lines[1:]] == [f"{src}:{i}" for i in range(1, len(good) + 1)]
+
+
+# ---------------------------------------------------------------- the pool itself
+def _crashy(x: int) -> int:
+    if x == 7:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if x == 13:
+        time.sleep(60)
+    return x * x
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_pool_restarts_crashed_and_stalled_workers_and_keeps_order(workers):
+    from logos.isolate import Failure, imap_isolated
+
+    out = list(imap_isolated(range(40), _crashy, workers=workers, timeout=1.5, batch=5))
+    assert [item for item, _ in out] == list(range(40))
+    failed = {item: r.reason for item, r in out if isinstance(r, Failure)}
+    assert set(failed) == {7, 13}
+    assert "SIGSEGV" in failed[7] and "timed out" in failed[13]
+    assert all(r == item * item for item, r in out if item not in failed)  # batch-mates of 7 and 13 were redone
+
+
+
+# ---------------------------------------------------------------- safety
+def test_no_remote_code_anywhere_in_the_package():
+    """``trust_remote_code`` is never true: every mention in the package source sets it False."""
+    import re
+
+    hits = []
+    for path in (REPO / "logos").rglob("*.py"):
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if "trust_remote_code" in line and not re.search(r"trust_remote_code\s*[=:]\s*False", line):
+                hits.append(f"{path.relative_to(REPO)}:{n}: {line.strip()}")
+    assert not hits, hits
+
+
+@pytest.mark.parametrize("ident", ["../../etc/passwd", "/etc/passwd", "a\x00b", "..", ".", "", "a/../../b",
+                                   "C:\\Windows\\x", "~/.ssh/id", "\n\t"])
+def test_safe_name_stays_inside_the_folder(tmp_path, ident):
+    from logos.records import safe_name
+
+    name = safe_name(ident)
+    assert name and "/" not in name and "\\" not in name and "\x00" not in name and not name.startswith(".")
+    assert (tmp_path / name).resolve().parent == tmp_path.resolve()
+    assert safe_name("1abc_LIG1-2.x") == "1abc_LIG1-2.x"  # ordinary ids are kept as they are
