@@ -16,6 +16,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import lzma
 import re
 import sys
 from dataclasses import dataclass, field
@@ -131,10 +132,11 @@ class ErrorLog:
 
 
 _GZIP_MAGIC = b"\x1f\x8b"
+_XZ_MAGIC = b"\xfd7zXZ\x00"  # benchmark sets ship as .xz (USPTO-50k, CDVAE's CSVs)
 
 
 def open_text(path: Path) -> IO[str]:
-    """Open a text input, gzipped or not (by content, not name); InputError if it is unusable."""
+    """Open a text input, plain, gzip or xz (by content, not name); InputError if it is unusable."""
     path = Path(path)
     try:
         with open(path, "rb") as fh:
@@ -143,13 +145,16 @@ def open_text(path: Path) -> IO[str]:
         raise InputError(f"cannot read file: {e.strerror or e}") from None
     if path.suffix == ".gz" and not head.startswith(_GZIP_MAGIC):
         raise InputError("named .gz but is not gzip data")
-    if head.startswith(_GZIP_MAGIC):
+    if path.suffix == ".xz" and not head.startswith(_XZ_MAGIC):
+        raise InputError("named .xz but is not xz data")
+    opener = gzip.open if head.startswith(_GZIP_MAGIC) else lzma.open if head.startswith(_XZ_MAGIC) else None
+    if opener is not None:
         try:
-            with gzip.open(path, "rb") as fh:
+            with opener(path, "rb") as fh:
                 head = fh.read(8192)
-        except (OSError, EOFError) as e:
-            raise InputError(f"corrupt gzip data: {e}") from None
-        raw: IO[bytes] = gzip.open(path, "rb")
+        except (OSError, EOFError, lzma.LZMAError) as e:
+            raise InputError(f"corrupt {'gzip' if opener is gzip.open else 'xz'} data: {e}") from None
+        raw: IO[bytes] = opener(path, "rb")
     else:
         raw = open(path, "rb")
     if b"\x00" in head:

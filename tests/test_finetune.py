@@ -49,6 +49,17 @@ def test_reaction_pairs_drop_atom_maps_and_keep_variants_in_one_group(reactions,
         "CC(C)C[C@H](NC(=O)c1cc2ccccc2s1)C(=O)NCCCCNC(=O)OC(C)(C)C")]
 
 
+def test_xz_compressed_benchmark_files_read_like_plain_ones(reactions, tmp_path):
+    import lzma
+
+    packed = tmp_path / "raw_valid.csv.xz"
+    packed.write_bytes(lzma.compress(reactions.read_bytes()))
+    plain, xz = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    build_pairs([reactions], PairOptions(task="forward"), plain, _errors(tmp_path))
+    build_pairs([packed], PairOptions(task="forward"), xz, _errors(tmp_path))
+    assert xz.read_text() == plain.read_text() and len(plain.read_text().splitlines()) == 120
+
+
 def test_split_and_jsonl_pairs_cut_at_the_marker_and_refuse_bad_rows(tmp_path):
     src = tmp_path / "pockets.jsonl"
     src.write_text(json.dumps({"id": "p1", "text": "<ProteinS>MKT<ProteinE><Search><ProteinS>M<PocketS>K<PocketE>T"
