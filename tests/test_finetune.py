@@ -164,3 +164,28 @@ def test_killed_finetune_resumes_exactly(reactions, tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     got, expected = _losses(tmp_path / "broken"), _losses(tmp_path / "straight")
     assert [got[s] for s in (5, 6, 7, 8)] == pytest.approx([expected[s] for s in (5, 6, 7, 8)], rel=1e-6)
+
+
+def test_multitask_mixes_tasks_in_exact_proportions(reactions, tmp_path, monkeypatch):
+    from logos.finetune.run import finetune
+    from logos.train import Trainer
+
+    recipe = load_recipe(REPO / "finetune" / "multitask.yaml", [
+        f"finetune.parts=[{{task: retro, sources: [{reactions}], weight: 3}}, "
+        f"{{task: forward, sources: [{reactions}], weight: 1}}]",
+        f"train.out_dir={tmp_path / 'multi'}", "train.max_minutes=null", "train.max_steps=1", "train.seq_len=128",
+        "train.micro_batch=4", "train.eval_every=0", "finetune.metric_items=0", "train.save_every=1000"])
+    seen = {}
+
+    class Spy(Trainer):  # the run's own reader: which task each of the first 400 training rows comes from
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            for p in range(400):
+                d = self.train_reader.domain_of(p)
+                seen[d] = seen.get(d, 0) + 1
+
+    import logos.train
+
+    monkeypatch.setattr(logos.train, "Trainer", Spy)  # finetune() imports it from logos.train at call time
+    finetune(recipe, progress=False, echo=lambda line: None)
+    assert abs(seen["retro"] - 300) <= 2 and abs(seen["forward"] - 100) <= 2, seen

@@ -158,13 +158,14 @@ TASK_BUILDERS = {"retro": reaction_pairs, "forward": reaction_pairs, "pocket": s
                  "mof": split_pairs, "csp": csp_pairs, "pairs": jsonl_pairs}
 
 
-def build_pairs(sources: list[Path], options: PairOptions, out: Path, errors, builder: str | None = None) -> int:
-    """Write the pairs of every source to ``out`` (JSONL); the count written."""
+def build_pairs(sources: list[Path], options: PairOptions, out: Path, errors, builder: str | None = None,
+                append: bool = False) -> int:
+    """Write (or ``append``) the pairs of every source to ``out`` (JSONL); the count written."""
     build = TASK_BUILDERS.get(builder or options.task)
     if build is None:
         raise InputError(f"no data builder for task {options.task!r} (known: {', '.join(TASK_BUILDERS)})")
     count = 0
-    with open(out, "w") as fh:
+    with open(out, "a" if append else "w") as fh:
         for source in sources:
             for rec in build(Path(source), options, errors):
                 fh.write(json.dumps(rec) + "\n")

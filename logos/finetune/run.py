@@ -48,6 +48,16 @@ def _tokenizer_of(recipe: Recipe) -> Path:
         raise ConfigError(f"train.init_from: {e}") from None
 
 
+def _parts(recipe: Recipe) -> list[dict]:
+    f = recipe.finetune
+    return f.parts if f.parts else [{"task": f.task, "sources": f.sources, "weight": 1.0}]
+
+
+def _task(recipe: Recipe) -> str:
+    """The task the metric scores: the recipe's, or a multitask recipe's first part."""
+    return _parts(recipe)[0]["task"]
+
+
 def prepare_data(recipe: Recipe, echo) -> tuple[Path, int]:
     """Pairs and shards in ``OUT/data`` (kept on resume); (shard dir, number of pairs)."""
     from logos.pack import pack
@@ -56,25 +66,28 @@ def prepare_data(recipe: Recipe, echo) -> tuple[Path, int]:
     shards = out / "shards"
     if (shards / "meta.json").exists():
         return shards, sum(1 for _ in open(out / "pairs.jsonl"))
-    if not f.sources:
+    if not f.sources and not f.parts:
         raise ConfigError("finetune.sources is empty: name the files to build the task's pairs from")
     out.mkdir(parents=True, exist_ok=True)
-    options = PairOptions(task=f.task, augment=f.augment, seed=recipe.train.seed, marker=f.marker,
-                          with_space_group=f.with_space_group)
     errors = ErrorLog(errors_path_for(out / "pairs.jsonl"), echo=lambda line: None)
     try:
-        n = build_pairs([Path(s) for s in f.sources], options, out / "pairs.jsonl", errors)
+        n = 0
+        for part in _parts(recipe):
+            options = PairOptions(task=part["task"], augment=part.get("augment", f.augment), seed=recipe.train.seed,
+                                  marker=part.get("marker", f.marker), with_space_group=f.with_space_group)
+            n += build_pairs([Path(s) for s in part["sources"]], options, out / "pairs.jsonl", errors, append=bool(n))
         val_files = []
         if f.val_sources:
-            val_options = PairOptions(task=f.task, seed=recipe.train.seed, marker=f.marker,
+            val_options = PairOptions(task=_task(recipe), seed=recipe.train.seed, marker=f.marker,
                                       with_space_group=f.with_space_group)  # held-out items: canonical only
             build_pairs([Path(s) for s in f.val_sources], val_options, out / "val_pairs.jsonl", errors)
             val_files = [out / "val_pairs.jsonl"]
     finally:
         errors.close()
     if n == 0:
-        raise InputError(f"no pairs built from {', '.join(f.sources)} (see {errors.path})")
-    echo(f"finetune: {n:,} {f.task} pairs" + (f", {errors.count} records refused (see {errors.path})"
+        raise InputError(f"no pairs built from {', '.join(str(s) for p in _parts(recipe) for s in p['sources'])} "
+                         f"(see {errors.path})")
+    echo(f"finetune: {n:,} {'+'.join(p['task'] for p in _parts(recipe))} pairs" + (f", {errors.count} records refused (see {errors.path})"
                                                if errors.count else ""))
     pack([out / "pairs.jsonl"], _tokenizer_of(recipe), shards, val_fraction=f.val_fraction,
          val_inputs=val_files or None, seed=recipe.train.seed, progress=False)
@@ -105,18 +118,19 @@ class TaskMetric:
             from logos.splits import group_key, split_of
 
             records = [r for r in map(json.loads, open(data / "pairs.jsonl")) if "#" not in str(r.get("id", ""))
+                       and r.get("domain") == _task(self.recipe)
                        and split_of(group_key(r), self.recipe.train.seed, f.val_fraction) == "validation"]
         return records[: f.metric_items]
 
     @property
     def name(self) -> str:
-        return "top1" if self.recipe.finetune.task in ("retro", "forward") else "exact_match"
+        return "top1" if _task(self.recipe) in ("retro", "forward") else "exact_match"
 
     def score(self, checkpoint: Path) -> float:
         from logos.generate import GenerateOptions, Sampling, generate
 
         f = self.recipe.finetune
-        task = f.task if f.task in ("retro", "forward") else None
+        task = _task(self.recipe) if _task(self.recipe) in ("retro", "forward") else None
         work = self.out / "task_metric_work"
         work.mkdir(exist_ok=True)
         if task:
@@ -203,6 +217,9 @@ def finetune(recipe: Recipe, resume: bool = False, progress: bool | None = None,
     dist.barrier()
     shards, n = Path(recipe.train.out_dir) / "data" / "shards", (n if dist.is_main else 0)
     recipe.train.data = str(shards)
+    if recipe.finetune.parts:  # exact per-task proportions of training rows (records' domain = task)
+        weights = {p["task"]: float(p.get("weight", 1.0)) for p in recipe.finetune.parts}
+        recipe.train.mixture = {k: v / sum(weights.values()) for k, v in weights.items()}
     metric = TaskMetric(recipe, shards.parent, echo) if recipe.finetune.metric_items else None
     trainer = Trainer(recipe, resume=resume, progress=progress, echo=echo, after_save=metric)
     result = trainer.train()

@@ -257,10 +257,20 @@ class FinetuneConfig:
     """Held-out items scored with the task's metric at every checkpoint (0: none)."""
     metric_samples: int = 5
     """Samples per held-out item for the metric (top-1 after ranking)."""
+    parts: list[dict] = field(default_factory=list)
+    """Multitask (``task: multitask``): ``[{task, sources, weight, augment?, marker?}, ...]``; records carry their
+    task as their domain and ``train.mixture`` is set to the weights, so each task's share of the training rows is
+    exact. The metric follows the first part."""
 
     def __post_init__(self):
         if not 0 <= self.val_fraction < 1 or self.augment < 0 or self.metric_items < 0 or self.metric_samples < 1:
             raise ConfigError("finetune: val_fraction in [0, 1), augment/metric_items >= 0, metric_samples >= 1")
+        if (self.task == "multitask") != bool(self.parts):
+            raise ConfigError("finetune.parts is for task: multitask (and multitask needs parts)")
+        for part in self.parts:
+            if not isinstance(part, dict) or not part.get("task") or not part.get("sources") \
+                    or not isinstance(part.get("weight", 1.0), (int, float)):
+                raise ConfigError(f"finetune.parts: each part needs task, sources and a numeric weight, got {part!r}")
 
 
 @dataclass
