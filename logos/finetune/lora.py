@@ -18,7 +18,7 @@ import copy
 
 import torch
 
-__all__ = ["apply_lora", "merged_state_dict", "TARGET_MODULES"]
+__all__ = ["apply_lora", "lora_for_run", "merged_state_dict", "TARGET_MODULES"]
 
 TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -33,8 +33,19 @@ def apply_lora(model, rank: int, alpha: float, dropout: float, symbol_ids: list[
     return get_peft_model(model, config)
 
 
-def is_lora(module) -> bool:
-    return hasattr(module, "peft_config")
+def lora_for_run(model, recipe, tokenizer_dir):
+    """``model`` with the recipe's ``lora`` section applied; the run's tokenizer names the symbol rows."""
+    from transformers import AutoTokenizer
+
+    from logos.grammar import special_tokens
+    from logos.train.recipe import ConfigError
+
+    if recipe.train.zero_stage == 3:
+        raise ConfigError("LoRA runs at ZeRO stages 0-2 (use full finetuning under ZeRO-3)")
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    ids = [i for i in tok.convert_tokens_to_ids(special_tokens()) if i is not None and i != tok.unk_token_id]
+    lora = recipe.lora
+    return apply_lora(model, lora.rank, lora.alpha, lora.dropout, ids)
 
 
 @torch.no_grad()

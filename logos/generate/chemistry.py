@@ -24,91 +24,14 @@ the caller, and the rate is reported.
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass, field
 
+from logos.generate.aromatic import cycle_atoms, perfect_matching, unpruned
+from logos.generate.atoms import (AROMATIC, BOND_ORDERS, ORGANIC, SmilesError, _Atom, _bracket_prefix,  # noqa: F401
+                                  _BRACKET, _CHARGE, _valences)
+
 __all__ = ["SmilesState", "SmilesError"]
-
-ORGANIC = {"B": 3, "C": 4, "N": 3, "O": 2, "P": 5, "S": 6, "F": 1, "Cl": 1, "Br": 1, "I": 5}  # max valence
-AROMATIC = {"b": ("B", 3), "c": ("C", 3), "n": ("N", 3), "o": ("O", 2), "p": ("P", 3), "s": ("S", 3),
-            "se": ("Se", 3), "as": ("As", 3)}  # element, most neighbours in an aromatic system
-BOND_ORDERS = {"-": 1, "=": 2, "#": 3, "$": 4, ":": 1, "/": 1, "\\": 1, "~": 1}
-_ELEMENTS = ("He Li Be Ne Na Mg Al Si Cl Ar Ca Sc Ti Cr Mn Fe Co Ni Cu Zn Ga Ge As Se Br Kr Rb Sr Zr Nb Mo Tc Ru Rh Pd "
-             "Ag Cd In Sn Sb Te Xe Cs Ba La Ce Pr Nd Pm Sm Eu Gd Tb Dy Ho Er Tm Yb Lu Hf Ta Re Os Ir Pt Au Hg Tl Pb "
-             "Bi Po At Rn Fr Ra Ac Th Pa Np Pu Am Cm Bk Cf Es Fm Md No Lr H B C N O F P S K V Y I W U se as te b c n o p s")
-_BRACKET_PATTERN = (r"\[(\d{0,3})(" + "|".join(_ELEMENTS.split()) + r"|\*)(@(?:@|TH[12]|AL[12]|SP[123]|TB\d{1,2}|OH\d{1,2})?)?"
-                    r"(H\d?)?([+-]\d?|\+\+|--)?(:\d{1,3})?\]")
-_BRACKET = re.compile(_BRACKET_PATTERN)
-_CHARGE = re.compile(r"[+-]\d*|\+\+|--")
-
-
-class SmilesError(ValueError):
-    """The next characters cannot extend this SMILES into a valid molecule."""
-
-
-@functools.lru_cache(maxsize=None)
-def _valences(symbol: str, charge: int) -> tuple[int, ...]:
-    """RDKit's allowed valences, ascending ((99,) for any); charged main-group atoms: the isoelectronic element's."""
-    from rdkit import Chem
-
-    pt = Chem.GetPeriodicTable()
-    try:
-        z = pt.GetAtomicNumber(symbol)
-    except RuntimeError:
-        raise SmilesError(f"unknown element {symbol!r}") from None
-    if charge and any(lo <= z <= hi for lo, hi in ((5, 9), (13, 17), (33, 35), (51, 53))):
-        z -= charge
-    if not 1 <= z <= 118 or abs(charge) > 8:
-        raise SmilesError(f"charge {charge:+d} on {symbol}")
-    valences = sorted(pt.GetValenceList(z))
-    return (99,) if -1 in valences else tuple(valences)
-
-
-def _max_valence(symbol: str, charge: int) -> int:
-    return _valences(symbol, charge)[-1]
-
-
-def _bracket_prefix(text: str) -> bool:
-    """Whether ``text`` can still grow into a valid bracket atom (a real element, bounded digits)."""
-    import regex
-
-    return regex.fullmatch(_BRACKET_PATTERN, text, partial=True) is not None
-
-
-@dataclass
-class _Atom:
-    capacity: int                   # largest valence (bond orders + hydrogens)
-    used: int = 0
-    aromatic: bool = False
-    max_degree: int = 99            # most neighbours (aromatic atoms)
-    in_ring: bool = False
-    neighbours: set[int] = field(default_factory=set)
-    open_rings: int = 0             # ring bonds opened here, their neighbour still to come
-    valences: tuple[int, ...] = (99,)
-    aromatic_bonds: set[int] = field(default_factory=set)
-
-    @property
-    def free(self) -> int:
-        return self.capacity - self.used if len(self.neighbours) + self.open_rings < self.max_degree else 0
-
-    def bond(self, other: int, order: int, aromatic: bool = False) -> None:
-        self.used += order
-        self.neighbours.add(other)
-        if aromatic:
-            self.aromatic_bonds.add(other)
-
-    def needs_double(self) -> bool:
-        """An aromatic atom whose lowest fitting valence leaves one bond for the kekulé double bond."""
-        if not self.aromatic or self.valences == (99,):
-            return False
-        fitting = [v for v in self.valences if v >= self.used]
-        return bool(fitting) and fitting[0] - self.used >= 1
-
-    def copy(self) -> "_Atom":
-        return _Atom(self.capacity, self.used, self.aromatic, self.max_degree, self.in_ring, set(self.neighbours),
-                     self.open_rings, self.valences, set(self.aromatic_bonds))
-
 
 @dataclass
 class SmilesState:
@@ -346,35 +269,8 @@ class SmilesState:
         return any(self.atoms[i].free >= need for i in points) if points else False
 
     def _in_cycles(self) -> set[int]:
-        """Atoms on a closed cycle of the molecule graph (an incident bond that is not a bridge; Tarjan)."""
-        n = len(self.atoms)
-        order, low, out = [-1] * n, [0] * n, set()
-        counter = 0
-        for root in range(n):
-            if order[root] >= 0:
-                continue
-            stack = [(root, -1, iter(self.atoms[root].neighbours))]
-            order[root] = low[root] = counter
-            counter += 1
-            while stack:
-                node, parent, it = stack[-1]
-                nxt = next(it, None)
-                if nxt is None:
-                    stack.pop()
-                    if parent >= 0:
-                        low[parent] = min(low[parent], low[node])
-                        if low[node] <= order[parent]:  # the bond parent-node lies on a cycle
-                            out.update((parent, node))
-                    continue
-                if nxt == parent:
-                    continue
-                if order[nxt] >= 0:
-                    low[node] = min(low[node], order[nxt])
-                else:
-                    order[nxt] = low[nxt] = counter
-                    counter += 1
-                    stack.append((nxt, node, iter(self.atoms[nxt].neighbours)))
-        return out
+        """Atoms on a closed cycle of the molecule graph."""
+        return cycle_atoms(self.atoms)
 
     def _anchors(self) -> set[int]:
         """Atoms that can still gain a bond: the current atom and branch points with a free valence, ring openers."""
@@ -384,8 +280,6 @@ class SmilesState:
     def final_systems_kekulize(self) -> bool:
         """Whether every *finished* aromatic system (none of its atoms can gain a bond) has a kekulé structure:
         a perfect matching, over its aromatic bonds, of the atoms that need a double bond."""
-        import networkx as nx
-
         anchors, seen = self._anchors(), set()
         for start, atom in enumerate(self.atoms):
             if not atom.aromatic or start in seen:
@@ -403,13 +297,8 @@ class SmilesState:
             needing = [i for i in system if self.atoms[i].needs_double()]
             if len(needing) % 2:
                 return False
-            if needing:
-                graph = nx.Graph()
-                graph.add_nodes_from(needing)
-                graph.add_edges_from((i, j) for i in needing for j in self.atoms[i].aromatic_bonds
-                                     if j in graph and i < j)
-                if 2 * len(nx.max_weight_matching(graph, maxcardinality=True)) != len(needing):
-                    return False
+            if needing and not perfect_matching(self.atoms, needing):
+                return False
             self.kekule_checked.add(key)
         return True
 
@@ -435,19 +324,7 @@ class SmilesState:
             return True
         if len(anchors) < 2:
             return False
-        degree = {i: len(a.neighbours) for i, a in enumerate(self.atoms)}
-        alive = set(degree)
-        leaves = [i for i in alive if degree[i] <= 1 and i not in anchors]
-        while leaves:
-            i = leaves.pop()
-            if i not in alive:
-                continue
-            alive.discard(i)
-            for j in self.atoms[i].neighbours:
-                if j in alive:
-                    degree[j] -= 1
-                    if degree[j] <= 1 and j not in anchors:
-                        leaves.append(j)
+        alive = unpruned(self.atoms, anchors)
         return all(i in alive for i in lonely)
 
     def can_close(self) -> bool:

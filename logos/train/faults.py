@@ -25,7 +25,7 @@ import signal
 
 import numpy as np
 
-__all__ = ["TrainingFault", "NonFiniteLoss", "BadBatch", "StopSignal", "check_batch", "nan_injected",
+__all__ = ["TrainingFault", "NonFiniteLoss", "BadBatch", "StopSignal", "check_batch", "nan_injected", "respond",
            "FAULT_NAN_AT_STEP", "EXIT_SIGNALLED"]
 
 EXIT_SIGNALLED = 143  # 128 + SIGTERM: the status schedulers expect from a job that stopped on their notice
@@ -84,3 +84,26 @@ class StopSignal:
         for s, old in self._old.items():
             signal.signal(s, old)
         self._old.clear()
+
+
+def respond(trainer, fault: TrainingFault) -> None:
+    """Stop (raise, one line) or leave the batch out, as the recipe says (see :mod:`logos.train.faults`)."""
+    t = trainer.recipe.train
+    policy, key = ((t.on_nonfinite, "on_nonfinite") if isinstance(fault, NonFiniteLoss)
+                   else (t.on_bad_batch, "on_bad_batch"))
+    resume_point = trainer.store.latest_complete()
+    where = (f"the last complete checkpoint is {resume_point} (continue with --resume)" if resume_point
+             else "no checkpoint written yet")
+    if policy == "stop":
+        raise TrainingFault(f"{fault}; stopped (train.{key}=stop): {where}")
+    trainer.skips += 1
+    if trainer.skips > t.max_skips:
+        raise TrainingFault(f"{fault}; stopped: {t.max_skips} batches already skipped (train.max_skips); {where}")
+    bad = trainer.position
+    trainer.skipped.add(bad)
+    if isinstance(fault, NonFiniteLoss):  # weights are clean (no backward); optimizer steps since the
+        if not trainer.load():             # checkpoint are replayed without the batch, as if it never existed
+            raise TrainingFault(f"{fault}; cannot skip: no checkpoint to roll back to")
+    if trainer.dist.is_main:
+        trainer.echo(f"train: {fault}; skipped the batch at data position {bad} ({trainer.skips}/{t.max_skips})"
+                     + (f", rolled back to step {trainer.step_count}" if isinstance(fault, NonFiniteLoss) else ""))

@@ -37,7 +37,8 @@ from logos.shards import Batch, MixtureReader, ShardReader, load_meta
 from logos.train import distributed
 from logos.train.checkpoint import CheckpointSaveError, CheckpointStore
 from logos.train.engine import build_engine, ds_config, resolve_precision
-from logos.train.faults import BadBatch, NonFiniteLoss, StopSignal, TrainingFault, check_batch, nan_injected
+from logos.train.weights import full_state_dict
+from logos.train.faults import BadBatch, NonFiniteLoss, StopSignal, check_batch, nan_injected, respond
 from logos.train.metrics import MetricsLog, plot_losses
 from logos.train.model import build_model, load_base
 from logos.train.recipe import Recipe
@@ -153,19 +154,10 @@ class Trainer:
         return model
 
     def _with_lora(self, model):
-        from logos.finetune.lora import apply_lora
-        from logos.grammar import special_tokens
-        from logos.train.recipe import ConfigError
-
-        if self.recipe.train.zero_stage == 3:
-            raise ConfigError("LoRA runs at ZeRO stages 0-2 (use full finetuning under ZeRO-3)")
-        from transformers import AutoTokenizer
+        from logos.finetune.lora import lora_for_run
 
         self.dist.barrier()  # rank 0 has written the run's tokenizer
-        tok = AutoTokenizer.from_pretrained(str(self.out / TOKENIZER_DIR))
-        ids = [i for i in tok.convert_tokens_to_ids(special_tokens()) if i is not None and i != tok.unk_token_id]
-        lora = self.recipe.lora
-        return apply_lora(model, lora.rank, lora.alpha, lora.dropout, ids)
+        return lora_for_run(model, self.recipe, self.out / TOKENIZER_DIR)
 
     # ------------------------------------------------------------------ steps
     def _autocast(self):
@@ -221,28 +213,6 @@ class Trainer:
                                                             self.tokens_seen + rows * t.seq_len)
         return total, sums, counts
 
-    def _fault(self, fault: TrainingFault) -> None:
-        """Stop (raise, one line) or leave the batch out, as the recipe says (see :mod:`logos.train.faults`)."""
-        t = self.recipe.train
-        policy, key = ((t.on_nonfinite, "on_nonfinite") if isinstance(fault, NonFiniteLoss)
-                       else (t.on_bad_batch, "on_bad_batch"))
-        resume_point = self.store.latest_complete()
-        where = (f"the last complete checkpoint is {resume_point} (continue with --resume)" if resume_point
-                 else "no checkpoint written yet")
-        if policy == "stop":
-            raise TrainingFault(f"{fault}; stopped (train.{key}=stop): {where}")
-        self.skips += 1
-        if self.skips > t.max_skips:
-            raise TrainingFault(f"{fault}; stopped: {t.max_skips} batches already skipped (train.max_skips); {where}")
-        bad = self.position
-        self.skipped.add(bad)
-        if isinstance(fault, NonFiniteLoss):  # weights are clean (no backward), but optimizer steps since the
-            if not self.load():                # checkpoint are replayed without the batch, as if it never existed
-                raise TrainingFault(f"{fault}; cannot skip: no checkpoint to roll back to")
-        if self.dist.is_main:
-            self.echo(f"train: {fault}; skipped the batch at data position {bad} ({self.skips}/{t.max_skips})"
-                      + (f", rolled back to step {self.step_count}" if isinstance(fault, NonFiniteLoss) else ""))
-
     @torch.no_grad()
     def eval_loss(self) -> float | None:
         """Mean validation loss over ``eval_rows`` rows spread over the split (per domain in ``val_by_domain``)."""
@@ -280,7 +250,7 @@ class Trainer:
                 try:
                     meter.add(*self.step())
                 except (BadBatch, NonFiniteLoss) as fault:
-                    self._fault(fault)
+                    respond(self, fault)
                     bar.n = self.step_count
                     continue
                 bar.update(1)
@@ -412,32 +382,9 @@ class Trainer:
         return True
 
     def state_dict_for_export(self, dtype: torch.dtype) -> dict | None:
-        """The full model state dict on rank 0 (``None`` elsewhere); collective under ZeRO-3.
-
-        ZeRO-3 gathers one module's own parameters at a time (never the whole model) and rank 0
-        keeps a copy in ``dtype``.
-        """
-        module = self.engine.module
-        if self.recipe.lora is not None:
-            from logos.finetune.lora import merged_state_dict
-
-            return merged_state_dict(module, dtype) if self.dist.is_main else None
-        if self.recipe.train.zero_stage != 3:
-            return {k: v.detach().to(dtype, copy=True) for k, v in module.state_dict().items()} \
-                if self.dist.is_main else None
-        import deepspeed
-
-        out: dict[str, torch.Tensor] = {}
-        for prefix, sub in module.named_modules():
-            own = list(sub.named_parameters(recurse=False))
-            with deepspeed.zero.GatheredParameters([p for _, p in own], modifier_rank=None):
-                if self.dist.is_main:
-                    for name, p in own:
-                        out[f"{prefix}.{name}" if prefix else name] = p.detach().to(dtype, copy=True)
-                    for name, b in sub.named_buffers(recurse=False):
-                        if name not in sub._non_persistent_buffers_set:
-                            out[f"{prefix}.{name}" if prefix else name] = b.detach().clone()
-        return out if self.dist.is_main else None
+        """The full model state dict on rank 0 (``None`` elsewhere); collective under ZeRO-3."""
+        return full_state_dict(self.engine.module, self.dist, dtype, zero3=self.recipe.train.zero_stage == 3,
+                               lora=self.recipe.lora is not None)
 
     def export(self, out: Path) -> Path | None:
         """A self-contained Hugging Face directory of the current weights (rank 0 writes it)."""
