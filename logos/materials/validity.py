@@ -34,7 +34,7 @@ from scipy.spatial import cKDTree
 
 from logos.chem import parse_smiles
 from logos.grammar import GrammarError, validate
-from logos.materials.crystal import Crystal, periodic_images, position_groups
+from logos.materials.crystal import MIN_DISTANCE, Crystal, periodic_images, position_groups
 from logos.materials.framework import METAL_OPEN, OPEN as MOF_OPEN, parse_mof_text
 from logos.materials.symmetry import expand, quiet_spglib, unit_cell
 from logos.materials.text import OPEN as CRYSTAL_OPEN, parse_crystal_text
@@ -45,7 +45,6 @@ __all__ = ["CrystalValidity", "check_crystal", "validity_report", "structural_va
            "space_group_consistency", "multiplicity_consistency", "summarize", "mof_validity", "known_nodes",
            "MIN_DISTANCE", "MIN_VOLUME", "SYMPREC"]
 
-MIN_DISTANCE = 0.5  # Angstrom
 MIN_VOLUME = 0.1  # Angstrom^3
 SYMPREC = 0.1  # Angstrom
 

@@ -20,6 +20,11 @@ Free coordinates. A position's *free coordinates* are the variables its first tr
 order x, y, z (``x, x, z`` -> x z; ``1/4, 1/4, 1/4`` -> none); :meth:`Position.point` places a site
 from them and :meth:`Position.free_values` recovers them from a point on the position.
 Multiplicities do not depend on the origin or axis setting.
+
+Lattice. :func:`lattice_free` names the lattice parameters a crystal system leaves free, in the
+order a b c alpha beta gamma; :func:`full_lattice` rebuilds the six. Rhombohedral groups (146, 148,
+155, 160, 161, 166, 167) are written on hexagonal axes (a c, gamma = 120), the setting of spglib's
+first Hall number and of its standardization.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["LETTERS", "Position", "positions", "position", "multiplicity", "MULTIPLICITY", "ORIGIN_SHIFT",
-           "WYCKOFF_CSV", "WYCKOFF_SHA256"]
+           "WYCKOFF_CSV", "WYCKOFF_SHA256", "crystal_system", "lattice_free", "full_lattice"]
 
 LETTERS = string.ascii_lowercase + "A"
 WYCKOFF_CSV = Path(__file__).parent / "data" / "pyxtal_wyckoff_list.csv"
@@ -170,3 +175,44 @@ class _Multiplicities(dict):
 
 
 MULTIPLICITY: dict[int, tuple[int, ...]] = _Multiplicities()
+
+
+# ---------------------------------------------------------------- lattice parameters by crystal system
+# (first space group of each system, name, indices into (a, b, c, alpha, beta, gamma) written in v2 text)
+_SYSTEMS = ((1, "triclinic", (0, 1, 2, 3, 4, 5)), (3, "monoclinic", (0, 1, 2, 4)), (16, "orthorhombic", (0, 1, 2)),
+            (75, "tetragonal", (0, 2)), (143, "trigonal", (0, 2)), (168, "hexagonal", (0, 2)), (195, "cubic", (0,)))
+
+
+def crystal_system(space_group: int) -> str:
+    """'triclinic', 'monoclinic', 'orthorhombic', 'tetragonal', 'trigonal', 'hexagonal' or 'cubic'."""
+    if not 1 <= space_group <= 230:
+        raise KeyError(f"space group {space_group} outside 1..230")
+    return [name for first, name, _ in _SYSTEMS if first <= space_group][-1]
+
+
+def lattice_free(space_group: int) -> tuple[int, ...]:
+    """Indices into (a, b, c, alpha, beta, gamma) of the lattice parameters the group leaves free
+    (cubic: a; tetragonal, trigonal incl. rhombohedral on hexagonal axes, hexagonal: a c; orthorhombic:
+    a b c; monoclinic, unique axis b: a b c beta; triclinic: all six)."""
+    system = crystal_system(space_group)
+    return next(free for _, name, free in _SYSTEMS if name == system)
+
+
+def full_lattice(space_group: int, values) -> tuple[float, float, float, float, float, float]:
+    """The six lattice parameters from the group's free ones (in :func:`lattice_free` order)."""
+    system = crystal_system(space_group)
+    v = [float(x) for x in values]
+    if len(v) != len(lattice_free(space_group)):
+        raise ValueError(f"space group {space_group} ({system}) has {len(lattice_free(space_group))} lattice "
+                         f"parameter(s), got {len(v)}")
+    if system == "triclinic":
+        return tuple(v)
+    if system == "monoclinic":
+        return v[0], v[1], v[2], 90.0, v[3], 90.0
+    if system == "orthorhombic":
+        return v[0], v[1], v[2], 90.0, 90.0, 90.0
+    if system == "tetragonal":
+        return v[0], v[0], v[1], 90.0, 90.0, 90.0
+    if system in ("trigonal", "hexagonal"):
+        return v[0], v[0], v[1], 90.0, 90.0, 120.0
+    return v[0], v[0], v[0], 90.0, 90.0, 90.0
