@@ -18,8 +18,10 @@ Canonical form (v2), written by :func:`encode_crystal`::
   (0-3 numbers, ``--frac-digits`` decimals, wrapped into [0, 1)); partial occupancy as ``<Occ>0.500``
   (one site per species of a disordered position, same letter and coordinates).
 - Representative: of the orbit's atoms in the standardized cell, the one whose rounded free
-  coordinates sort first, so the text does not depend on the cell or setting the crystal was read
-  in. Sites sorted by Wyckoff letter (a..z, A), atomic number, free coordinates, occupancy.
+  coordinates sort first; and of the descriptions that the space group's normalizer gives (other
+  origins, axis signs and swaps of equal axes, :mod:`logos.materials.canonical`), the one whose
+  sorted site list is smallest, so the text does not depend on the cell, origin or setting the
+  crystal was read in. Sites sorted by Wyckoff letter (a..z, A), atomic number, free coordinates, occupancy.
 - Setting: spglib's first Hall number of the group (origin choice 1 where there are two); the
   positions come from pyxtal's tables (:mod:`logos.materials.wyckoff`). The decoder places each
   site on its position exactly (first triplet) and the orbit follows from the group: the
@@ -45,6 +47,7 @@ import gemmi
 import numpy as np
 from scipy.spatial import cKDTree
 
+from logos.materials.canonical import canonical_sites
 from logos.materials.crystal import MIN_DISTANCE, Crystal, lattice_parameters, periodic_images, position_groups
 from logos.materials.parse import CLOSE, OCC, OPEN, composition_text, parse_crystal_text
 from logos.materials.symmetry import DEFAULT_ANGLE_TOLERANCE, DEFAULT_SYMPREC, expand, symmetry_dataset
@@ -115,12 +118,6 @@ def _fmt(value: float, digits: int) -> str:
     return "0." + "0" * digits if text.lstrip("-").strip("0.") == "" else text
 
 
-def _wrap_round(v, digits: int) -> tuple[float, ...]:
-    r = np.round(np.asarray(v, dtype=float) % 1.0, digits)
-    r[r >= 1.0] = 0.0
-    return tuple(float(x) + 0.0 for x in r)
-
-
 def _orbits(ds) -> dict[int, tuple[str, list[int]]]:
     """Wyckoff letter and standardized-cell atoms of each crystallographic orbit (through the primitive cell)."""
     prim_to_input: dict[int, int] = {}
@@ -143,23 +140,23 @@ def encode_crystal(crystal: Crystal, symprec: float = DEFAULT_SYMPREC, frac_digi
     ds = symmetry_dataset(crystal.matrix(), positions, types, symprec, angle_tolerance)
     sg = int(ds.number)
     std_pos = np.asarray(ds.std_positions) % 1.0
+    orbits = list(_orbits(ds).values())
+    for letter, members in orbits:  # spglib's letters agree with pyxtal's coordinates of that letter
+        wp = position(sg, letter) if letter in LETTERS else None
+        if wp is None or all(wp.free_values(std_pos[i]) is None for i in members):
+            raise RecordError(f"spglib's Wyckoff position {letter!r} of space group {sg} does not match the "
+                              f"coordinates {tuple(round(float(v), 4) for v in std_pos[members[0]])}")
+    species = [table[int(ds.std_types[members[0]]) - 1] for _, members in orbits]
+    keys = [tuple(sorted((gemmi.Element(e).atomic_number, o) for e, o in sp)) for sp in species]
+    lattice = np.asarray(ds.std_lattice)
+    chosen = canonical_sites(sg, lattice, std_pos, [m for _, m in orbits], keys, frac_digits)
     sites = []
-    for letter, members in _orbits(ds).values():
-        if letter not in LETTERS:
-            raise RecordError(f"spglib returned Wyckoff letter {letter!r}")
-        wp = position(sg, letter)
-        candidates = [_wrap_round(v, frac_digits) for v in (wp.free_values(std_pos[i]) for i in members)
-                      if v is not None]
-        if not candidates:
-            raise RecordError(f"spglib's Wyckoff position {wp.multiplicity}{letter} of space group {sg} does not "
-                              f"match the coordinates {tuple(round(float(v), 4) for v in std_pos[members[0]])} "
-                              f"({wp.triplets[0]})")
-        rep = min(candidates)
-        for element, occ in table[int(ds.std_types[members[0]]) - 1]:
+    for (letter, rep), sp in zip(chosen, species):
+        for element, occ in sp:
             z = gemmi.Element(element).atomic_number
-            sites.append((LETTERS.index(letter), z, rep, occ, element, letter, wp.multiplicity))
+            sites.append((LETTERS.index(letter), z, rep, occ, element, letter, position(sg, letter).multiplicity))
     sites.sort(key=lambda s: s[:4])
-    params = lattice_parameters(np.asarray(ds.std_lattice))
+    params = lattice_parameters(lattice)
     parts = [OPEN]
     if composition:
         counts: dict[str, float] = {}

@@ -74,7 +74,7 @@ def _affine(triplet: str) -> tuple[np.ndarray, np.ndarray]:
     return A, t
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Position:
     """One Wyckoff position of a space group (spglib's first-Hall setting)."""
 
@@ -107,17 +107,26 @@ class Position:
 
     def free_values(self, point, tol: float = 1e-3) -> np.ndarray | None:
         """The free coordinates (in [0, 1)) that place the first triplet on ``point`` (mod 1), or None."""
+        values, ok = self.free_values_many(np.asarray(point, dtype=float)[None, :], tol)
+        return values[0] if ok[0] else None
+
+    def free_values_many(self, points: np.ndarray, tol: float = 1e-3) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`free_values` of many points (n, 3): (values (n, free), whether each point is on the position)."""
         A, t = self.matrices[0], self.translations[0]
-        d = np.asarray(point, dtype=float) - t
-        v = np.zeros(3)
-        for j in self.free:  # every free variable has a row of its own with coefficient +-1 (checked in tests)
-            i = next(i for i in range(3) if abs(A[i, j]) == 1 and np.count_nonzero(A[i]) == 1)
-            v[j] = A[i, j] * d[i]
+        d = points - t
+        v = np.zeros((len(points), 3))
+        for j, i in zip(self.free, self._solo_rows):  # a row of its own with coefficient +-1 (checked in tests)
+            v[:, j] = A[i, j] * d[:, i]
         v %= 1.0
-        diff = A @ v + t - point
-        if np.abs(diff - np.round(diff)).max() > tol:
-            return None
-        return v[list(self.free)]
+        diff = v @ A.T + t - points
+        ok = np.abs(diff - np.round(diff)).max(axis=1) <= tol
+        return v[:, list(self.free)], ok
+
+    @functools.cached_property
+    def _solo_rows(self) -> tuple[int, ...]:
+        A = self.matrices[0]
+        return tuple(next(i for i in range(3) if abs(A[i, j]) == 1 and np.count_nonzero(A[i]) == 1)
+                     for j in self.free)
 
 
 @functools.lru_cache(maxsize=1)
