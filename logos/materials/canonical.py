@@ -50,24 +50,55 @@ def _shifts(sg: int, pi: int) -> tuple[tuple[float, float, float], ...]:
     by_rot: dict[bytes, list[np.ndarray]] = {}
     for r, t in zip(rots, trans):
         by_rot.setdefault(r.tobytes(), []).append(t % 1.0)
-    polar = polar_axes(sg)
-    axes = [np.zeros(1) if k in polar else np.arange(GRID) / GRID for k in range(3)]
-    grid = np.array(list(itertools.product(*axes)))
-    ok = np.ones(len(grid), dtype=bool)
-    for r, t in zip(rots, trans):
-        r2 = P @ r @ Pinv
-        allowed = by_rot.get(r2.astype(int).tobytes())
-        if allowed is None:
+    conjugated = [(P @ r @ Pinv).astype(int) for r in rots]
+    if any(r2.tobytes() not in by_rot for r2 in conjugated):
+        return ()
+    centering = by_rot[np.eye(3, dtype=int).tobytes()]
+    for c in centering:  # the lattice (centering included) must map onto itself
+        if not any(np.abs((P @ c - a) - np.round(P @ c - a)).max() < 1e-6 for a in centering):
             return ()
+    grid = _grid(polar_axes(sg))
+    for k in _generators(sg):  # the rest of the group follows from its generators and the centering
+        r2, t = conjugated[k], trans[k]
         val = (P @ t)[None, :] + grid @ (np.eye(3) - r2).T
         hit = np.zeros(len(grid), dtype=bool)
-        for a in allowed:
+        for a in by_rot[r2.tobytes()]:
             d = val - a
             hit |= np.abs(d - np.round(d)).max(axis=1) < 1e-6
-        ok &= hit
-        if not ok.any():
+        grid = grid[hit]
+        if not len(grid):
             return ()
-    return tuple(map(tuple, grid[ok]))
+    return tuple(map(tuple, grid))
+
+
+@functools.lru_cache(maxsize=None)
+def _grid(polar: tuple[int, ...]) -> np.ndarray:
+    """Origin shifts on the 1/GRID grid, 0 along the polar axes."""
+    axes = [np.zeros(1) if k in polar else np.arange(GRID) / GRID for k in range(3)]
+    return np.array(list(itertools.product(*axes)))
+
+
+@functools.lru_cache(maxsize=None)
+def _generators(sg: int) -> tuple[int, ...]:
+    """Indices of operations whose rotations generate the group's point group."""
+    rots, _ = space_group_operations(sg)
+    gens: list[int] = []
+    closure = {np.eye(3, dtype=int).tobytes(): np.eye(3, dtype=int)}
+    for k, r in enumerate(rots):
+        if r.tobytes() in closure:
+            continue
+        gens.append(k)
+        frontier = list(closure.values())
+        while frontier:
+            new = []
+            for a in frontier:
+                for g in (rots[i] for i in gens):
+                    b = a @ g
+                    if b.tobytes() not in closure:
+                        closure[b.tobytes()] = b
+                        new.append(b)
+            frontier = new
+    return tuple(gens)
 
 
 def normalizer(sg: int, metric: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -86,14 +117,15 @@ def _cosets(sg: int, allowed: tuple[int, ...]) -> list[tuple[np.ndarray, np.ndar
     out = []
     for pi in allowed:
         P = _SIGNED_PERMUTATIONS[pi]
+        pr = np.einsum("ij,njk->nik", P, rots).reshape(len(rots), 9)
         for t in _shifts(sg, pi):
             t = np.array(t)
-            key = (P.tobytes(), tuple(np.round(t * GRID).astype(int) % GRID))
+            key = tuple(P.reshape(9)) + tuple(np.round(t * GRID).astype(int) % GRID)
             if key in seen:
                 continue
             out.append((P, t))
-            for r, tr in zip(rots, trans):  # the coset (P, t) G
-                seen.add(((P @ r).tobytes(), tuple(np.round((P @ tr + t) * GRID).astype(int) % GRID)))
+            shifted = np.round((trans @ P.T + t) * GRID).astype(int) % GRID  # the coset (P, t) G
+            seen.update(map(tuple, np.hstack([pr, shifted])))
     return out
 
 
