@@ -362,31 +362,45 @@ def test_wyckoff_table_agrees_with_spglib():
     assert tuple(crystal.position(227, "a").point([])) == (0.25, 0.25, 0.25)  # ... here origin choice 1 (8a)
 
 
-def test_spglib_letters_match_pyxtal_coordinates():
-    """For every Wyckoff position of 24 groups (the origin-choice groups and a few others): a cell holding the
-    general orbit and that position's orbit; spglib's letter for it has coordinates on that letter's triplet."""
-    from logos.materials.text import _composite_cell, _orbits
+def _letters_agree(sg: int, seed: int) -> list[tuple]:
+    """Cells of the general orbit plus one orbit of each special position (random free coordinates): the
+    positions where spglib's letter has no atom on that letter's first triplet."""
     from logos.materials.symmetry import symmetry_dataset
-    for sg in sorted(ORIGIN_SHIFT)[:12] + [2, 12, 62, 136, 164, 166, 194, 221, 225, 229, 230, 15]:
-        rng = np.random.default_rng(sg)
-        general = crystal.positions(sg)[-1]
-        lattice = full_lattice(sg, [7.1, 8.3, 9.7, 77.0, 95.0, 101.0][:len(crystal.lattice_free(sg))]
-                                       if crystal.crystal_system(sg) in ("triclinic", "monoclinic", "orthorhombic")
-                                       else [7.1, 9.7][:len(crystal.lattice_free(sg))])
-        g = general.orbit(rng.random(3))
-        for wp in crystal.positions(sg)[:-1]:
-            sites = [crystal.Site("C", tuple(p)) for p in g] + [crystal.Site("O", tuple(p))
-                                                              for p in wp.orbit(rng.random(len(wp.free)))]
-            c = crystal.Crystal(lattice, sites)
-            pos, types, _ = _composite_cell(c)
-            ds = symmetry_dataset(c.matrix(), pos, types, 1e-4)
-            assert ds.number == sg, (sg, wp.letter)
-            std = np.asarray(ds.std_positions) % 1.0
-            for letter, members in _orbits(ds).values():
-                if ds.std_types[members[0]] == types[-1]:
-                    assert crystal.position(sg, letter).multiplicity == wp.multiplicity
-                    assert any(crystal.position(sg, letter).free_values(std[i]) is not None for i in members), \
-                        (sg, wp.letter, letter, std[members[0]], crystal.position(sg, letter).triplets[0])
+    from logos.materials.text import _composite_cell, _orbits
+    rng = np.random.default_rng(seed)
+    n = len(crystal.lattice_free(sg))
+    lattice = full_lattice(sg, {6: [7.1, 8.3, 9.7, 77.0, 95.0, 101.0], 4: [7.1, 8.3, 9.7, 95.0], 3: [7.1, 8.3, 9.7],
+                                2: [7.1, 9.7], 1: [7.1]}[n])
+    general = crystal.positions(sg)[-1].orbit(rng.random(3))
+    bad = []
+    for wp in crystal.positions(sg)[:-1]:
+        sites = [crystal.Site("C", tuple(p)) for p in general]
+        sites += [crystal.Site("O", tuple(p)) for p in wp.orbit(rng.random(len(wp.free)))]
+        c = crystal.Crystal(lattice, sites)
+        pos, types, _ = _composite_cell(c)  # RecordError when two random atoms come closer than 0.5 A
+        ds = symmetry_dataset(c.matrix(), pos, types, 1e-4)
+        assert ds.number == sg, (sg, wp.letter)
+        std = np.asarray(ds.std_positions) % 1.0
+        for letter, members in _orbits(ds).values():
+            if ds.std_types[members[0]] == types[-1]:
+                theirs = crystal.position(sg, letter)
+                if theirs.multiplicity != wp.multiplicity or all(theirs.free_values(std[i]) is None for i in members):
+                    bad.append((sg, wp.letter, letter, tuple(std[members[0]]), theirs.triplets[0]))
+    return bad
+
+
+def test_spglib_letters_match_pyxtal_coordinates():
+    """For every Wyckoff position of the 24 origin-choice groups and 12 others (all 230 pass too, 75 s): spglib's
+    letter for an orbit placed on it has its atoms on that letter's coordinates. (Pnnn's origin shift is the one
+    a wrong choice of the 8 equivalent ones would break: 4e <-> 4f.)"""
+    for sg in sorted(ORIGIN_SHIFT) + [2, 12, 15, 62, 136, 164, 166, 194, 221, 225, 229, 230]:
+        for seed in range(10):
+            try:
+                bad = _letters_agree(sg, seed)
+                break
+            except RecordError:
+                continue
+        assert bad == [], bad
 
 
 def test_encoded_letters_have_the_table_multiplicity(round_trip):

@@ -1,4 +1,4 @@
-"""The grammar file: token inventory (ids pinned), validation with error positions, llguidance loads it."""
+"""The grammar file: token inventory (ids pinned), validation with error positions (v1 and v2 crystal text), llguidance loads it."""
 
 from __future__ import annotations
 
@@ -23,6 +23,13 @@ VALID = [
     "<CrystalS><sg225> 5.692 5.692 5.692 90.00 90.00 90.00 Na<wa> 0.000 0.000 0.000 Cl<wb> 0.500 0.500 0.500"
     "<CrystalE>",
     "<CrystalS><sg221> 3.9 3.9 3.9 90 90 90 Fe<wa> 0 0 0<Occ>0.50 Co<wa> 0 0 0<Occ>0.50<CrystalE>",
+    # v2: composition header, free lattice parameters, Wyckoff sites with their free coordinates only
+    "<CrystalS>Cl4Na4<sg225>5.640 Na<wa> Cl<wb><CrystalE>",
+    "<CrystalS><sg225>5.640 Na<wa> Cl<wb><CrystalE>",
+    "<CrystalS>O4Ti2<sg136>4.653 2.969 Ti<wa> O<wf> 0.3048<CrystalE>",
+    "<CrystalS>Co1Fe1<sg221>3.900 Fe<wa><Occ>0.500 Co<wa><Occ>0.500 Fe<wb><Occ>0.5 Co<wb><Occ>0.5<CrystalE>",
+    "<CrystalS>H6Li2O4<sg2>3.250 5.577 5.680 96.07 104.53 104.92 H<wi> 0.1700 0.2710 0.7640 Li<we><CrystalE>",
+    "<CrystalS>Fe1.5Ni3<sg221>3.5 Ni<wc><Occ>1.0 Fe<wa><Occ>0.5 Fe<wb><CrystalE>",
     "<MaterialS><MetalS>Zn4O<MetalE><MoleculeS>O=C([O-])c1ccc(C(=O)[O-])cc1<MoleculeE><MaterialE>",
 ]
 
@@ -33,7 +40,12 @@ INVALID = [  # (text, position of the first error)
     ("<MoleculeS>CCO<MoleculeE><React>", 32),
     ("<ProteinS>MK<PocketS>KL<PocketE><ProteinE>", 22),
     ("<CrystalS><sg231> 1 1 1 90 90 90 Na<wa> 0 0 0<CrystalE>", 10),
-    ("<CrystalS><sg225> 1 1 1 90 90 Na<wa> 0 0 0<CrystalE>", 30),
+    ("<CrystalS><sg225> 1 1 1 90 90 Na<wa> 0 0 0<CrystalE>", 29),  # ' Na': a site token carries its space
+    ("<CrystalS><sg225>5.640 Na<wa> 1 2 3 4<CrystalE>", 35),       # v2: at most three coordinates
+    ("<CrystalS><sg225>1 2 3 4 5 6 7 Na<wa><CrystalE>", 28),       # v2: at most six lattice numbers
+    ("<CrystalS>Cl4Na4<sg225> 5.640 Na<wa> Cl<wb><CrystalE>", 23), # a composition header only in v2 text
+    ("<CrystalS>Cl4Na4<sg225>5.640<CrystalE>", 28),                # at least one site
+    ("<CrystalS>cl4<sg225>5.640 Na<wa><CrystalE>", 10),
     ("<ProteinS>MKV<reserved0>L<ProteinE>", 13),
     ("<MoleculeS>CCO<MoleculeE><ProteinS>MK<c+1024><ProteinE>", 37),
 ]
@@ -50,6 +62,8 @@ def test_inventory_ids_are_pinned():
     assert tokens.index("<a0>") == 279 and tokens.index("<a255>") == 534
     assert tokens.index("<c+1>") == 535 and tokens.index("<c+1023>") == 1557
     assert tokens[-1] == "<reserved63>"
+    assert tokens.index("<CrystalS>") == 10 and tokens.index("<sg225>") == 246 and tokens.index("<wb>") == 253
+    assert grammar.grammar_text().startswith("// LOGOS grammar v2")
 
 
 @pytest.mark.parametrize("text", VALID)
