@@ -12,7 +12,10 @@ A crystal text is checked four ways (each independent, each with a reason when i
   the expanded cell;
 - multiplicity consistency: every written Wyckoff letter exists in the stated group and its
   multiplicity (International Tables, :mod:`logos.materials.wyckoff`) equals the number of atoms
-  the site expands to, so the written letters reproduce the composition.
+  the site expands to, so the written letters reproduce the composition. In v2 text a site is
+  placed on its position by construction, so this fails only where free coordinates put it on a
+  more special position by chance (``Cl<we> 0.0000`` in Fm-3m: 24e on 4a); a letter the group
+  lacks is already a parse error.
 
 :func:`check_crystal` runs them on one text; :func:`summarize` gives rates over many texts.
 A MOF text (:func:`mof_validity`) is valid when every linker parses as a molecule (RDKit) and its
