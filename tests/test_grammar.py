@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import re
+import time
+from pathlib import Path
+
 import pytest
 
 from logos import grammar
+
+CRYSTALS = Path(__file__).parent / "assets" / "crystal"
 
 VALID = [
     "<MoleculeS>CC(=O)O<MoleculeE>",
@@ -102,3 +108,78 @@ def test_llguidance_loads_the_same_grammar_file():
     matcher = llguidance.LLMatcher(lltok, compiled)
     ids = tok.encode("<MoleculeS>CC(=O<MoleculeE>", add_special_tokens=False)
     assert matcher.try_consume_tokens(ids) < len(ids)
+
+
+# ---------------------------------------------------------------- per-space-group grammar (constrained decoding)
+@pytest.fixture(scope="module")
+def llg():
+    llguidance = pytest.importorskip("llguidance")
+    import llguidance.hf
+    from conftest import REPO
+    from logos.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(REPO / "tokenizers" / "default")
+    return llguidance, tok, llguidance.hf.from_tokenizer(tok)
+
+
+def test_fragment_compiles_for_all_230_groups_and_accepts_encoded_texts(llg):
+    from logos import materials as crystal
+    from logos.materials.constraint import crystal_grammar
+    llguidance, tok, lltok = llg
+    t = time.perf_counter()
+    compiled = llguidance.LLMatcher.grammar_from_lark(crystal_grammar())
+    matcher = llguidance.LLMatcher(lltok, compiled)
+    assert not matcher.is_error(), matcher.get_error()
+    assert time.perf_counter() - t < 30
+    for path in sorted(CRYSTALS.glob("mp_dielectric_*.cif")):  # 14 crystals, 10 space groups, 6 crystal systems
+        text = crystal.encode_crystal(crystal.load(next(iter(crystal.read_crystal_file(path)))))
+        header = re.match(r"<CrystalS>([A-Za-z0-9.]*)<sg", text).group(1)
+        m = llguidance.LLMatcher(lltok, llguidance.LLMatcher.grammar_from_lark(crystal_grammar(composition=header)))
+        ids = tok.encode(text, add_special_tokens=False)
+        assert m.try_consume_tokens(ids) == len(ids) and m.is_accepting(), text
+    for wrong in ("<CrystalS><sg225>5.640 Na<wa> 0.5000<CrystalE>",            # 4a has no free coordinate
+                  "<CrystalS><sg225>5.640 5.640 Na<wa><CrystalE>",             # cubic: one length
+                  "<CrystalS><sg136>4.653 2.969 O<wf> 0.3 0.3<CrystalE>",      # 4f: one coordinate, 4 decimals
+                  "<CrystalS><sg2>5.000 5.000 5.000 150.00 90.00 90.00 Na<wa><CrystalE>",  # triclinic angle range
+                  "<CrystalS><sg225>5.640 Na<wz><CrystalE>"):                  # no z in Fm-3m
+        m = llguidance.LLMatcher(lltok, compiled)
+        ids = tok.encode(wrong, add_special_tokens=False)
+        assert m.try_consume_tokens(ids) < len(ids) or not m.is_accepting(), wrong
+
+
+def test_random_walks_through_the_matcher_decode(llg):
+    """Random allowed tokens (seeded) until <CrystalE>: every text passes the grammar check and decodes to a CIF;
+    with a composition prompt the only possible complaint is the composition/site mismatch."""
+    import gemmi
+    import llguidance.numpy as lln
+    import numpy as np
+    from logos import materials as crystal
+    from logos.materials.constraint import crystal_grammar
+    from logos.records import RecordError
+    llguidance, tok, lltok = llg
+    close = tok.convert_tokens_to_ids("<CrystalE>")
+    rng = np.random.default_rng(0)
+    for composition, walks in ((None, 40), ("Na4Cl4", 10)):
+        compiled = llguidance.LLMatcher.grammar_from_lark(crystal_grammar(composition=composition))
+        for _ in range(walks):
+            m = llguidance.LLMatcher(lltok, compiled)
+            mask = lln.allocate_token_bitmask(1, lltok.vocab_size)
+            ids: list[int] = []
+            while not ids or ids[-1] != close:
+                lln.fill_next_token_bitmask(m, mask, 0)
+                allowed = np.flatnonzero(np.unpackbits(mask[0].view(np.uint8), bitorder="little")[:lltok.vocab_size])
+                choice = close if len(ids) > 60 and close in allowed else int(rng.choice(allowed))
+                assert m.consume_token(choice), m.get_error()
+                ids.append(choice)
+                assert len(ids) < 400
+            text = tok.decode(ids, skip_special_tokens=False)
+            grammar.validate(text)
+            if composition:
+                assert text.startswith("<CrystalS>Cl4Na4<sg")
+                try:
+                    crystal.decode_text(text)
+                except RecordError as e:
+                    assert "composition header Cl4Na4 does not match" in str(e)
+                text = text.replace("Cl4Na4", "")
+            cif = crystal.crystal_to_cif(crystal.decode_text(text), "walk")
+            assert gemmi.make_small_structure_from_block(gemmi.cif.read_string(cif).sole_block()).sites
