@@ -5,10 +5,17 @@
     (default tolerances); the space group of input and output (``SpacegroupAnalyzer``, default
     symprec 0.01) must agree. CoRE MOF: share of a seeded sample split cleanly. Failures with
     reasons go to ``--failures`` (JSONL).
+    Every decoded crystal is also expanded to its unit cell and spglib (symprec 0.01) must find the
+    declared space group; a different group is counted (and listed in the failures file as
+    ``"set": "space-group-check"``), with whether atoms of the cell coincide.
+(t) Tokens per crystal (``--parts tokens``) with ``tokenizers/default``: the text the encoder of the
+    checkout on ``PYTHONPATH`` writes, so running it on the main checkout (v1) and on this one (v2,
+    with and without the composition header) measures both on the same structures.
 (b) Throughput on the same CIF files, in one run: ``logos tokenize`` (in-process, 1 worker) against
     a bare gemmi read + unit-cell expansion + one spglib dataset call.
 
     python benchmarks/crystal_bench.py --mp-sample 0 --mof-sample 500 --speed-files 500
+    PYTHONPATH=/path/to/checkout python benchmarks/crystal_bench.py --parts tokens
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import spglib
 
 from logos import data
 from logos import materials as C
+from logos.materials.crystal import position_groups
 from logos.records import RecordError
 
 
@@ -46,8 +54,23 @@ def _init():
     signal.signal(signal.SIGALRM, _alarm)
 
 
+def _declared_group_check(crystal) -> str:
+    """'' when spglib (symprec 0.01) finds the declared group in the decoded cell, else what it found."""
+    cell = C.unit_cell(crystal)
+    frac = np.array([s.frac for s in cell.sites]) % 1.0
+    kinds: dict = {}
+    types = [kinds.setdefault((s.element, round(s.occ, 3)), len(kinds) + 1) for s in cell.sites]
+    ds = spglib.get_symmetry_dataset((cell.matrix(), frac, types), symprec=0.01)
+    found = int(ds.number) if ds is not None else 0
+    if found == crystal.space_group:
+        return ""
+    groups = position_groups(frac, cell.matrix(), 0.01)
+    coincide = len(groups) < len(frac)
+    return f"declared {crystal.space_group}, spglib finds {found}" + (" (atoms coincide)" if coincide else "")
+
+
 def _roundtrip(args):
-    """(key, pymatgen dict) or (path, None) -> (key, ok, reason)."""
+    """(key, pymatgen dict) or (path, None) -> (key, ok, reason, space-group check)."""
     key, obj = args
     from pymatgen.analysis.structure_matcher import StructureMatcher
     from pymatgen.core import Structure
@@ -63,29 +86,49 @@ def _roundtrip(args):
             crystal, s_in = C.crystal_from_dict(obj), Structure.from_dict(obj)
         s_in.remove_oxidation_states()  # the grammar writes elements; compare elements
         text = C.encode_crystal(crystal)
-        cif = C.crystal_to_cif(C.decode_text(text), key)
+        decoded = C.decode_text(text)
+        sg_check = _declared_group_check(decoded)
+        cif = C.crystal_to_cif(decoded, key)
         s_out = Structure.from_str(cif, fmt="cif")
         small = gemmi.make_small_structure_from_block(gemmi.cif.read_string(cif).sole_block())
         small.setup_cell_images()
         # gemmi lists each species of a disordered site, pymatgen one site: count positions
         positions = {tuple(np.round(np.array(a.fract.tolist()) % 1.0, 3) % 1.0) for a in small.get_all_unit_cell_sites()}
         if len(positions) != len(s_out):
-            return key, False, f"gemmi reads {len(positions)} positions, pymatgen {len(s_out)}"
+            return key, False, sg_check, f"gemmi reads {len(positions)} positions, pymatgen {len(s_out)}"
         if not StructureMatcher().fit(s_in, s_out):
-            return key, False, f"StructureMatcher: not the same structure ({text[:120]})"
+            return key, False, sg_check, f"StructureMatcher: not the same structure ({text[:120]})"
         sg_in = SpacegroupAnalyzer(s_in).get_space_group_number()
         sg_out = SpacegroupAnalyzer(s_out).get_space_group_number()
         if sg_in != sg_out:
-            return key, False, f"space group {sg_in} -> {sg_out}"
-        return key, True, ""
+            return key, False, sg_check, f"space group {sg_in} -> {sg_out}"
+        return key, True, sg_check, ""
     except _Timeout:
-        return key, False, "timeout (60 s)"
+        return key, False, "", "timeout (60 s)"
     except RecordError as e:
-        return key, False, f"rejected: {e}"
+        return key, False, "", f"rejected: {e}"
     except Exception as e:
-        return key, False, f"error {type(e).__name__}: {e}"
+        return key, False, "", f"error {type(e).__name__}: {e}"
     finally:
         signal.alarm(0)
+
+
+_TOKENIZER = None
+
+
+def _tokens(args):
+    """(key, pymatgen dict, composition header?) -> (key, tokens of the text, or -1 when not encoded)."""
+    global _TOKENIZER
+    key, obj, composition = args
+    if _TOKENIZER is None:
+        from logos.tokenizer import load_tokenizer
+        _TOKENIZER = load_tokenizer(Path(__file__).resolve().parent.parent / "tokenizers" / "default")
+    try:
+        kwargs = {} if composition is None else {"composition": composition}
+        text = C.encode_crystal(C.crystal_from_dict(obj), **kwargs)
+    except Exception:
+        return key, -1
+    return key, len(_TOKENIZER.encode(text, add_special_tokens=False))
 
 
 def _mof(args):
@@ -136,7 +179,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--failures", default="crystal_bench_failures.jsonl")
-    ap.add_argument("--parts", default="mp,mof,speed", help="comma-separated parts to run: mp, mof, speed")
+    ap.add_argument("--parts", default="mp,mof,speed", help="comma-separated parts to run: mp, tokens, mof, speed")
     ap.add_argument("--extra", nargs="*", default=[], metavar="FILE",
                     help="more crystal files (CIF, pymatgen JSON) not shipped with the project, e.g. minerals")
     args = ap.parse_args(argv)
@@ -154,24 +197,45 @@ def main(argv=None) -> int:
         results = pool.map(_roundtrip, [(k, table[k]) for k in keys], chunksize=16)
     ok = sum(r[1] for r in results) if keys else 0
     cats: dict[str, int] = {}
-    for key, good, reason in results:
+    sg_off = [(key, check) for key, _, check, _ in results if check]
+    for key, good, _, reason in results:
         if not good:
             cats[_category(reason)] = cats.get(_category(reason), 0) + 1
             fails.write(json.dumps({"set": "mp-dielectric", "id": key, "reason": reason}) + "\n")
+    for key, check in sg_off:
+        fails.write(json.dumps({"set": "space-group-check", "id": key, "reason": check}) + "\n")
     if keys:
         print(f"MP round trip: {ok}/{len(results)} = {100 * ok / len(results):.2f}% "
               f"({'all' if len(keys) == len(table) else f'seeded sample, seed {args.seed}'}; "
               f"{time.perf_counter() - t:.0f} s); failures: {cats}", flush=True)
+        decoded = sum(1 for r in results if not r[3].startswith(("rejected", "error", "timeout")))
+        print(f"declared space group found by spglib (symprec 0.01) in the decoded cell: "
+              f"{decoded - len(sg_off)}/{decoded}; other: {len(sg_off)} "
+              f"({sum('coincide' in c for _, c in sg_off)} with coinciding atoms): {sg_off[:10]}", flush=True)
+
+    if "tokens" in parts:
+        import inspect
+        variants = [True, False] if "composition" in inspect.signature(C.encode_crystal).parameters else [None]
+        all_keys = sorted(table, key=lambda k: int(k.rsplit("-", 1)[-1]))
+        for variant in variants:
+            with ctx.Pool(args.workers, initializer=_init) as pool:
+                counts = [n for _, n in pool.map(_tokens, [(k, table[k], variant) for k in all_keys], chunksize=32)]
+            good = [n for n in counts if n >= 0]
+            label = {None: "encoder without a composition option (v1)", True: "with composition header",
+                     False: "without composition header"}[variant]
+            print(f"tokens per crystal ({label}), tokenizers/default, {len(good)}/{len(counts)} encoded: "
+                  f"mean {np.mean(good):.1f}, median {np.median(good):.0f}, p90 {np.percentile(good, 90):.0f}, "
+                  f"max {max(good)}, total {sum(good)}", flush=True)
 
     if args.extra:
         with ctx.Pool(args.workers, initializer=_init) as pool:
             results = pool.map(_roundtrip, [(str(p), None) for p in args.extra])
         ok = sum(r[1] for r in results)
-        for key, good, reason in results:
+        for key, good, _, reason in results:
             if not good:
                 fails.write(json.dumps({"set": "extra", "id": key, "reason": reason}) + "\n")
         print(f"extra crystals round trip: {ok}/{len(results)}; failures: "
-              f"{[(Path(k).name, r) for k, g, r in results if not g]}", flush=True)
+              f"{[(Path(k).name, r) for k, g, _, r in results if not g]}", flush=True)
 
     # (a) CoRE MOF split
     if "mof" in parts:

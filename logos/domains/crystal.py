@@ -1,4 +1,4 @@
-"""Crystals: CIF (and pymatgen JSON / POSCAR) <-> ``<CrystalS><sgN> a b c alpha beta gamma sites<CrystalE>``.
+"""Crystals: CIF (and pymatgen JSON / POSCAR) <-> ``<CrystalS>Cl4Na4<sg225>5.640 Na<wa> Cl<wb><CrystalE>`` (grammar v2).
 
 The domain adapter: which files are crystals, the encoder options and the ``.cif`` writer; the work
 is done in :mod:`logos.materials` (reading: :mod:`~logos.materials.crystal`; space-group analysis and
@@ -7,11 +7,14 @@ writing: :mod:`~logos.materials.cif`).
 
 Encoder. One record per CIF ``data_`` block (each block parsed on its own, so one broken block never
 loses the others), per pymatgen structure, or per POSCAR; spglib finds the space group at
-``--symprec`` / ``--angle-tolerance`` and the text states the conventional cell and one site per
-Wyckoff orbit, at the precision recorded in every record's ``meta``.
+``--symprec`` / ``--angle-tolerance`` and the text states the composition of the conventional cell
+(``--crystal-no-composition`` leaves it out), the free lattice parameters of the crystal system and
+one site per Wyckoff orbit with the position's free coordinates (:mod:`logos.materials.text`), at the
+precision recorded in every record's ``meta``.
 
 Detokenizer. The ``.cif`` writer states the space group (IT number, H-M and Hall symbols and the full
-operation list) and the snapped asymmetric unit, which gemmi and pymatgen both expand to the same
+operation list) and the asymmetric unit (v2: exactly on the Wyckoff positions; v1 text, which still
+decodes, snapped onto them), which gemmi and pymatgen both expand to the same
 cell. ``-o out.cif`` writes one CIF per record into the folder ``out/``; ``--cif-multi-block`` writes
 one multi-block file.
 """
@@ -45,6 +48,9 @@ class CrystalOptions(DomainOptions):
                                     f"spglib angle tolerance in degrees (default {DEFAULT_ANGLE_TOLERANCE})")
     frac_digits: int = option(DEFAULT_FRAC_DIGITS,
                               f"decimals of fractional coordinates (default {DEFAULT_FRAC_DIGITS})")
+
+    no_composition: bool = option(False, "do not write the composition header (cell formula) of crystals",
+                                  flag="--crystal-no-composition")
 
     def __post_init__(self):
         if self.symprec <= 0 or not 1 <= self.frac_digits <= 8:
@@ -117,10 +123,12 @@ class CrystalDomain(Domain):
         return count_crystals(path)
 
     def encode(self, item: WorkItem, opts: CrystalOptions) -> list[dict]:
-        text = encode_crystal(load(item), opts.symprec, opts.frac_digits, opts.angle_tolerance)
+        text = encode_crystal(load(item), opts.symprec, opts.frac_digits, opts.angle_tolerance,
+                              composition=not opts.no_composition)
         digits = {"length": LENGTH_DIGITS, "angle": ANGLE_DIGITS, "frac": opts.frac_digits, "occ": OCC_DIGITS}
         rec = {"text": text, "domain": NAME, "source": item.source,
-               "meta": {"symprec": opts.symprec, "angle_tolerance": opts.angle_tolerance, "digits": digits}}
+               "meta": {"grammar": "v2", "symprec": opts.symprec, "angle_tolerance": opts.angle_tolerance,
+                        "digits": digits}}
         if item.id:
             rec["id"] = item.id
         return [rec]

@@ -7,8 +7,11 @@ put them behind the :class:`~logos.domains.base.Domain` interface.
   blocks via gemmi, pymatgen ``Structure`` JSON, POSCAR);
 - :mod:`~logos.materials.symmetry`: spglib analysis, the operations of a space group's standard
   setting, snapping, orbits, expansion to the unit cell;
-- :mod:`~logos.materials.wyckoff`: Wyckoff multiplicities of the 230 space groups;
-- :mod:`~logos.materials.text`: grammar text <-> Crystal (canonical form, precision);
+- :mod:`~logos.materials.wyckoff`: Wyckoff positions of the 230 space groups (pyxtal's tables), free
+  lattice parameters per crystal system;
+- :mod:`~logos.materials.text`: Crystal -> grammar text v2 (canonical form, precision), decoding;
+- :mod:`~logos.materials.parse`: grammar text (v2, v1) -> Crystal, one-line errors;
+- :mod:`~logos.materials.constraint`: per-space-group grammar of the crystal body for constrained decoding;
 - :mod:`~logos.materials.cif`: CIF writing;
 - :mod:`~logos.materials.bonds`: covalent bonds and connected components under periodic boundaries;
 - :mod:`~logos.materials.framework`: the MOF split (node formula, linker SMILES) and MOF text;
@@ -31,17 +34,18 @@ from logos.materials.crystal import (Crystal, Site, cif_blocks, count_crystals, 
                                      load, read_cif_block, read_crystal_file)
 from logos.materials.framework import encode_framework, parse_mof_text, split_framework  # noqa: E402
 from logos.materials.symmetry import expand, orbit, space_group_operations, symmetry_dataset, unit_cell  # noqa: E402
-from logos.materials.text import decode_text, encode_crystal, parse_crystal_text  # noqa: E402
+from logos.materials.text import convert_v1, decode_text, encode_crystal, parse_crystal_text  # noqa: E402
 from logos.materials.validity import (CrystalValidity, check_crystal, compositional_validity,  # noqa: E402
                                       known_nodes, mof_validity, multiplicity_consistency, space_group_consistency,
                                       structural_validity, summarize, validity_report)
-from logos.materials.wyckoff import multiplicity  # noqa: E402
+from logos.materials.wyckoff import crystal_system, lattice_free, multiplicity, position, positions  # noqa: E402
 
 __all__ = [
     "Crystal", "Site", "lattice_matrix", "lattice_parameters", "cif_blocks", "read_crystal_file", "count_crystals",
     "read_cif_block", "crystal_from_dict", "crystal_from_pymatgen", "crystal_from_poscar", "load",
     "symmetry_dataset", "space_group_operations", "orbit", "expand", "unit_cell", "multiplicity",
-    "encode_crystal", "parse_crystal_text", "decode_text", "crystal_to_cif",
+    "encode_crystal", "parse_crystal_text", "decode_text", "convert_v1", "crystal_to_cif", "position", "positions",
+    "crystal_system", "lattice_free",
     "periodic_bonds", "components", "split_framework", "encode_framework", "parse_mof_text",
     "CrystalValidity", "check_crystal", "structural_validity", "compositional_validity", "space_group_consistency",
     "multiplicity_consistency", "summarize", "mof_validity", "known_nodes", "validity_report",

@@ -19,11 +19,10 @@ import gemmi
 import numpy as np
 from scipy.spatial import cKDTree
 
-from logos.materials.crystal import Crystal, periodic_images
+from logos.materials.crystal import MIN_DISTANCE, Crystal, periodic_images
 from logos.records import RecordError
 
 DEFAULT_BOND_TOLERANCE = 0.4
-MIN_DISTANCE = 0.5
 NON_METALS = frozenset("H He B C N O F Ne Si P S Cl Ar As Se Br Kr Te I Xe At Rn".split())
 _MAX_DEGREE = {"H": 1, "F": 1, "O": 2, "C": 4, "N": 4, "B": 4, "Si": 4}
 

@@ -29,11 +29,14 @@ CIF_SUFFIXES = (".cif",)
 JSON_SUFFIXES = (".json",)
 POSCAR_SUFFIXES = (".vasp", ".poscar")
 POSCAR_NAMES = ("POSCAR", "CONTCAR")
+# Angstrom: atoms closer than this are not physical (structural validity; the encoder refuses such pairs of
+# different elements; the MOF bond search treats them as overlapping)
+MIN_DISTANCE = 0.5
 
 __all__ = ["Crystal", "Site", "lattice_matrix", "lattice_parameters", "periodic_images", "position_groups",
            "cif_kind", "cif_blocks", "read_crystal_file", "count_crystals", "read_cif_block", "crystal_from_dict",
            "crystal_from_pymatgen", "crystal_from_poscar", "load", "CIF_SUFFIXES", "JSON_SUFFIXES",
-           "POSCAR_SUFFIXES", "POSCAR_NAMES"]
+           "POSCAR_SUFFIXES", "POSCAR_NAMES", "MIN_DISTANCE"]
 
 
 # ---------------------------------------------------------------- data model

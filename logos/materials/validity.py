@@ -12,7 +12,10 @@ A crystal text is checked four ways (each independent, each with a reason when i
   the expanded cell;
 - multiplicity consistency: every written Wyckoff letter exists in the stated group and its
   multiplicity (International Tables, :mod:`logos.materials.wyckoff`) equals the number of atoms
-  the site expands to, so the written letters reproduce the composition.
+  the site expands to, so the written letters reproduce the composition. In v2 text a site is
+  placed on its position by construction, so this fails only where free coordinates put it on a
+  more special position by chance (``Cl<we> 0.0000`` in Fm-3m: 24e on 4a); a letter the group
+  lacks is already a parse error.
 
 :func:`check_crystal` runs them on one text; :func:`summarize` gives rates over many texts.
 A MOF text (:func:`mof_validity`) is valid when every linker parses as a molecule (RDKit) and its
@@ -34,7 +37,7 @@ from scipy.spatial import cKDTree
 
 from logos.chem import parse_smiles
 from logos.grammar import GrammarError, validate
-from logos.materials.crystal import Crystal, periodic_images, position_groups
+from logos.materials.crystal import MIN_DISTANCE, Crystal, periodic_images, position_groups
 from logos.materials.framework import METAL_OPEN, OPEN as MOF_OPEN, parse_mof_text
 from logos.materials.symmetry import expand, quiet_spglib, unit_cell
 from logos.materials.text import OPEN as CRYSTAL_OPEN, parse_crystal_text
@@ -45,7 +48,6 @@ __all__ = ["CrystalValidity", "check_crystal", "validity_report", "structural_va
            "space_group_consistency", "multiplicity_consistency", "summarize", "mof_validity", "known_nodes",
            "MIN_DISTANCE", "MIN_VOLUME", "SYMPREC"]
 
-MIN_DISTANCE = 0.5  # Angstrom
 MIN_VOLUME = 0.1  # Angstrom^3
 SYMPREC = 0.1  # Angstrom
 
