@@ -35,6 +35,7 @@ from tqdm import tqdm
 
 from logos import __version__
 from logos.domains import DOMAINS, detect
+from logos.grammar import GRAMMAR_VERSION
 from logos.isolate import Failure, imap_isolated
 from logos.records import HEADER_KEY, ErrorLog, InputError, RecordError, WorkItem, errors_path_for
 
@@ -203,7 +204,7 @@ def tokenize_files(
                desc="tokenize", dynamic_ncols=True, mininterval=0.5, file=sys.stderr)
     errors = ErrorLog(errors_path_for(out), echo=echo or (lambda line: bar.write(line, file=sys.stderr)))
     header = {HEADER_KEY: {
-        "logos_version": __version__, "grammar": "v1",
+        "logos_version": __version__, "grammar": GRAMMAR_VERSION,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "inputs": [str(p) for p in paths], "domain": domain or "detected",
         "options": {name: dataclasses.asdict(opts) for name, opts in options.items() if name in DOMAINS},

@@ -27,10 +27,11 @@ from pathlib import Path
 
 import torch
 
+from logos.grammar import GRAMMAR_VERSION  # recorded in every export
+
 __all__ = ["export_hf", "export_run", "load_run_info", "GRAMMAR_VERSION"]
 
 RUN_FILE = "logos_run.json"
-GRAMMAR_VERSION = "v1"
 
 
 def export_hf(state_dict: dict, config, tokenizer_dir: Path, out: Path, run: dict, dtype: str = "float32") -> Path:

@@ -23,7 +23,7 @@ import lark
 
 from logos.resources import GRAMMAR, shipped
 
-__all__ = [
+__all__ = ["GRAMMAR_VERSION", "READABLE_GRAMMARS", 
     "GRAMMAR_PATH",
     "GrammarError",
     "grammar_text",
@@ -32,6 +32,11 @@ __all__ = [
     "is_valid",
     "split_symbols",
 ]
+
+# The grammar this package writes, and the versions it reads (v1 texts differ only in the crystal
+# section, which the v2 parser still reads; grammar/logos.lark accepts both).
+GRAMMAR_VERSION = "v2"
+READABLE_GRAMMARS = ("v1", "v2")
 
 # grammar/logos.lark of the source checkout, or its copy inside an installed wheel (logos.resources).
 GRAMMAR_PATH = shipped(GRAMMAR)

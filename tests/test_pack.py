@@ -32,7 +32,7 @@ def test_meta_and_dtype(shards):
     assert meta["docs"]["train"] + meta["docs"]["val"] == 500
     assert 0 < meta["docs"]["val"] < 100  # ~10% held out
     assert meta["domains"] == ["molecule"]
-    assert meta["inputs"][0]["header"]["grammar"] == "v1"  # the tokenizer header travels with the shards
+    assert meta["inputs"][0]["header"]["grammar"] == "v2"  # the tokenizer header travels with the shards
 
 
 def test_documents_round_trip(shards):

@@ -29,11 +29,12 @@ from tqdm import tqdm
 from logos.domains.base import WriterOptions
 from logos.generate.sampler import RowResult, Sampling, StepStats, sample_batch
 from logos.generate.tasks import TASKS, Prompt, Task, build_prompts
+from logos.grammar import READABLE_GRAMMARS
 from logos.records import ErrorLog, InputError, RecordError, errors_path_for
 
 __all__ = ["GenerateOptions", "GenerateResult", "generate", "load_checkpoint", "SUPPORTED_GRAMMARS"]
 
-SUPPORTED_GRAMMARS = ("v1",)
+SUPPORTED_GRAMMARS = READABLE_GRAMMARS  # from logos.grammar
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,13 @@ LOGOS checkpoints' formats (``<MoleculeS>p<MoleculeE><ReverseReact>``, ``<Protei
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from logos.chem import canonical_smiles, parse_smiles, span
+from logos.grammar import special_tokens
 from logos.records import InputError, RecordError
 
 __all__ = ["Task", "TASKS", "Prompt", "build_prompts"]
@@ -48,6 +50,7 @@ class Task:
 
 
 _MOL = frozenset({"<MoleculeS>", "<MoleculeE>"})
+_CRYSTAL_SYMBOLS = frozenset(t for t in special_tokens() if re.fullmatch(r"<(sg\d+|w[a-zA-Z])>", t))
 _NODE = "(" + "|".join(sorted(ELEMENTS, key=len, reverse=True)) + r")[0-9]*"
 TASKS: dict[str, Task] = {t.name: t for t in (
     Task("molecule", "task_molecule", "<MoleculeE>", frozenset({"<MoleculeE>"}),
@@ -65,8 +68,8 @@ TASKS: dict[str, Task] = {t.name: t for t in (
          chemistry=False, conditional=True, budget=0),  # rules: per request (the copied sequence)
     Task("ligand", "task_ligand", "<MoleculeE>", _MOL, conditional=True, budget=96,
          rules="task_ligand: chains molecule"),
-    Task("crystal", "task_crystal", "<CrystalE>", frozenset({"<CrystalE>", "<Occ>"}), chemistry=False, budget=256,
-         rules="task_crystal: crystal"),
+    Task("crystal", "task_crystal", "<CrystalE>", frozenset({"<CrystalE>", "<Occ>"}) | _CRYSTAL_SYMBOLS,
+         chemistry=False, budget=256),  # rules: per request (logos.materials.constraint, grammar v2)
     Task("mof", "task_mof", "<MaterialE>", _MOL | {"<MetalE>", "<MaterialE>"}, budget=256,
          rules=f"task_mof: material_open metal_open MOF_NODE metal_close molecules material_close\n"
                f"MOF_NODE: /{_NODE}({_NODE})*(\\{{[123]D\\}})?(\\.{_NODE}({_NODE})*(\\{{[123]D\\}})?)*/"),
@@ -158,6 +161,57 @@ def search_rules(chains: list[str]) -> str:
     return "\n".join(lines)
 
 
+@functools.lru_cache(maxsize=64)
+def _crystal_rules(space_group: int | None, composition: str | None) -> str:
+    from logos.materials.constraint import crystal_task_rules
+
+    rules = crystal_task_rules([space_group] if space_group else None, 4, composition)
+    if composition is not None:  # sites may only name the composition's elements
+        elements = sorted(set(re.findall(r"[A-Z][a-z]?", composition)), key=len, reverse=True)
+        rules = re.sub(r"(?m)^XTAL_EL: .*$", f"XTAL_EL: / ({'|'.join(elements)})/", rules)
+    return rules
+
+
+def _formula(text: str) -> dict[str, float]:
+    """Element counts of a formula as users write it (``TiO2``, ``Na4Cl4``, ``Fe1.5O2``); implicit counts are 1."""
+    parts = re.findall(r"([A-Z][a-z]?)(\d+(?:\.\d+)?)?", text)
+    if not parts or "".join(e + c for e, c in parts) != text:
+        raise RecordError(f"not a chemical formula: {text[:40]!r}")
+    counts: dict[str, float] = {}
+    for element, count in parts:
+        counts[element] = counts.get(element, 0.0) + float(count or 1)
+    return counts
+
+
+def _crystal_prompts(inputs: Path | None, n: int, errors) -> list[tuple[Prompt, int]]:
+    """Unconditional crystals, or one prompt per input line ``FORMULA [SPACE_GROUP] [ID]`` (the conventional
+    cell's formula, e.g. ``Na4Cl4 225``, written canonically as ``Cl4Na4``): crystal structure prediction."""
+    from logos.materials.parse import composition_text
+    from logos.records import open_text
+
+    if inputs is None:
+        return [(Prompt("gen", "<CrystalS>", _crystal_rules(None, None)), n)]
+    out = []
+    with open_text(inputs) as fh:
+        for line_no, line in enumerate(fh, 1):
+            fields = line.split()
+            if not fields or fields[0].lower() in ("formula", "composition"):
+                continue
+            sg = int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
+            rest = fields[2:] if sg is not None else fields[1:]
+            ident = rest[0] if rest else f"line{line_no}"
+            try:
+                comp = composition_text(_formula(fields[0]))
+                if sg is not None and not 1 <= sg <= 230:
+                    raise RecordError(f"space group {sg} outside 1-230")
+            except (RecordError, ValueError) as e:
+                errors.add(f"{inputs}:{ident}", str(e))
+                continue
+            text = f"<CrystalS>{comp}" + (f"<sg{sg}>" if sg else "")
+            out.append((Prompt(ident, text, _crystal_rules(sg, comp)), n))
+    return out
+
+
 def build_prompts(task: Task, inputs: Path | None, n: int, errors) -> list[tuple[Prompt, int]]:
     """(prompt, samples) pairs: ``n`` in all for unconditional tasks, ``n`` per input for conditional ones."""
     if task.conditional and inputs is None:
@@ -165,9 +219,11 @@ def build_prompts(task: Task, inputs: Path | None, n: int, errors) -> list[tuple
     if not task.conditional:
         head = {"molecule": "<MoleculeS>", "protein": "<ProteinS>", "antibody": "<AntibodyS>",
                 "crystal": "<CrystalS>", "mof": "<MaterialS><MetalS>"}[task.name]
+        if task.name == "crystal":
+            return _crystal_prompts(inputs, n, errors)
         if inputs is None:
             return [(Prompt("gen", head), n)]
-        return [(Prompt(ident, head + value), n) for ident, value in _lines(inputs)]  # nodes, compositions
+        return [(Prompt(ident, head + value), n) for ident, value in _lines(inputs)]  # metal nodes
     if task.name in ("forward", "retro"):
         return [(p, n) for p in _reaction_prompts(task, inputs, errors)]
     out = []
