@@ -29,7 +29,6 @@ species, fractional coordinates) by :mod:`logos.evaluate.reference`.
 from __future__ import annotations
 
 import csv
-import json
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass
@@ -117,17 +116,10 @@ def read_items(path: Path) -> list[Item]:
         name = f.name.lower()
         counter: dict[str, int] = defaultdict(int)
         if name.endswith(".jsonl"):
-            with ref.open_any(f) as fh:
-                for lineno, line in enumerate(fh, 1):
-                    if not line.strip() or '"logos_header"' in line[:20]:
-                        continue
-                    try:
-                        rec = json.loads(line)
-                    except json.JSONDecodeError as e:
-                        raise InputError(f"{f}:{lineno}: not JSON ({e.msg})") from None
-                    ident = str(rec.get("id", lineno))
-                    counter[ident] += 1
-                    out.append(_from_text(ident, int(rec.get("rank", counter[ident])), rec.get("text", "")))
+            for lineno, rec in ref.jsonl_records(f):
+                ident = str(rec.get("id", lineno))
+                counter[ident] += 1
+                out.append(_from_text(ident, int(rec.get("rank", counter[ident])), rec.get("text", "")))
         elif ".csv" in name:
             with ref.open_any(f) as fh:
                 for lineno, row in enumerate(csv.DictReader(fh), 2):

@@ -17,7 +17,6 @@ prepared or docked is a docking failure: counted in ``vina_failures``, never dro
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass
@@ -57,19 +56,12 @@ def read_ligands(path: Path) -> list[tuple[str, str | None]]:
     if not path.name.endswith(".jsonl"):
         return [(path.stem, s) for s in molecules.read_molecules(path)]
     out = []
-    with ref.open_any(path) as fh:
-        for i, line in enumerate(fh, 1):
-            if not line.strip() or '"logos_header"' in line[:20]:
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path}:{i}: not JSON ({e.msg})") from None
-            ident = str(rec.get("id", i)).rpartition("#")[0] or str(rec.get("id", i))
-            try:
-                out.append((ident, molecules_in_text(rec.get("text", ""))[-1]))
-            except (RecordError, IndexError):
-                out.append((ident, rec.get("smiles")))
+    for i, rec in ref.jsonl_records(path):
+        ident = str(rec.get("id", i)).rpartition("#")[0] or str(rec.get("id", i))
+        try:
+            out.append((ident, molecules_in_text(rec.get("text", ""))[-1]))
+        except (RecordError, IndexError):
+            out.append((ident, rec.get("smiles")))
     return out
 
 

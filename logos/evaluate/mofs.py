@@ -17,7 +17,6 @@ Inputs: grammar JSONL (``text``), or MOF CIFs (split into node and linkers by
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -72,15 +71,7 @@ def read_texts(path: Path) -> list[str]:
     """MOF grammar texts of a JSONL, or of MOF CIFs (a file, a multi-block CIF, a folder) split into node + linkers."""
     path = Path(path)
     if path.name.endswith(".jsonl"):
-        out = []
-        with ref.open_any(path) as fh:
-            for i, line in enumerate(fh, 1):
-                if line.strip() and '"logos_header"' not in line[:20]:
-                    try:
-                        out.append(json.loads(line).get("text", ""))
-                    except json.JSONDecodeError as e:
-                        raise InputError(f"{path}:{i}: not JSON ({e.msg})") from None
-        return out
+        return [rec.get("text", "") for _, rec in ref.jsonl_records(path)]
     from logos.materials.crystal import load, read_crystal_file
     from logos.materials.framework import split_framework
 

@@ -105,10 +105,9 @@ def read_molecules(path: Path) -> list[str | None]:
             for mol in Chem.ForwardSDMolSupplier(fh):
                 out.append(Chem.MolToSmiles(mol) if mol is not None else None)
         return out
+    if name.endswith(".jsonl"):
+        return [_record_smiles(rec) for _, rec in ref.jsonl_records(path)]
     with open_text(path) as fh:
-        if name.endswith(".jsonl"):
-            return [_jsonl_smiles(line, path, i) for i, line in enumerate(fh, 1) if line.strip()
-                    and '"logos_header"' not in line[:20]]
         if name.endswith((".csv", ".tsv")):
             rows = list(csv.reader(fh, delimiter="\t" if name.endswith(".tsv") else ","))
             if not rows:
@@ -127,16 +126,11 @@ def read_molecules(path: Path) -> list[str | None]:
         return out
 
 
-def _jsonl_smiles(line: str, path: Path, lineno: int) -> str | None:
-    import json
-
-    try:
-        rec = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}:{lineno}: not JSON ({e.msg})") from None
-    text = rec.get("text") if isinstance(rec, dict) else None
+def _record_smiles(rec: dict) -> str | None:
+    """The first molecule span of a record's grammar text (or its ``smiles`` field)."""
+    text = rec.get("text")
     if text is None:
-        return rec.get("smiles") if isinstance(rec, dict) else None
+        return rec.get("smiles")
     try:
         return molecules_in_text(text)[0]
     except (RecordError, IndexError):

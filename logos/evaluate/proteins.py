@@ -17,7 +17,6 @@ Inputs: FASTA, or grammar JSONL (``<ProteinS>...<ProteinE>``; the first chain of
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,17 +53,12 @@ def read_sequences(path: Path) -> list[str]:
         from logos.domains.protein import parse_chains
 
         out = []
-        with ref.open_any(path) as fh:
-            for i, line in enumerate(fh, 1):
-                if not line.strip() or '"logos_header"' in line[:20]:
-                    continue
-                try:
-                    chains = parse_chains(json.loads(line).get("text", ""))
-                    out.append(chains[0].sequence if chains else "")
-                except json.JSONDecodeError as e:
-                    raise InputError(f"{path}:{i}: not JSON ({e.msg})") from None
-                except RecordError:
-                    out.append("")
+        for _, rec in ref.jsonl_records(path):
+            try:
+                chains = parse_chains(rec.get("text", ""))
+                out.append(chains[0].sequence if chains else "")
+            except RecordError:
+                out.append("")
         return out
     from Bio import SeqIO
 

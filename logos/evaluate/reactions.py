@@ -26,7 +26,6 @@ retro, the reactants for forward), so files from other generators need no renumb
 from __future__ import annotations
 
 import csv
-import json
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from pathlib import Path
 from rdkit import Chem
 
 from logos.chem import molecules_in_text
-from logos.evaluate.reference import open_any
+from logos.evaluate.reference import jsonl_records, open_any
 from logos.records import InputError, RecordError
 
 __all__ = ["ReactionOptions", "Reaction", "SCHEMA_VERSION", "DEFINITIONS", "canonical_set", "read_reference",
@@ -122,27 +121,22 @@ def read_predictions(path: Path, task: str = "retro") -> dict[str, list[tuple[st
     """id -> ranked answers as (answer SMILES, input SMILES or None); see the module docstring for formats."""
     path = Path(path)
     ranked: dict[str, list[tuple[int, str | None, str | None]]] = defaultdict(list)
-    with open_any(path) as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            if path.name.lower().removesuffix(".gz").endswith(".jsonl"):
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise InputError(f"{path}:{lineno}: not JSON ({e.msg})") from None
-                if "logos_header" in rec:
-                    continue
-                if "id" not in rec:
-                    raise InputError(f"{path}:{lineno}: record has no 'id'")
-                ident = str(rec["id"])
-                if "answers" in rec:
-                    for r, a in enumerate(rec["answers"], 1):
-                        ranked[ident].append((r, a, rec.get("input")))
-                else:
-                    answer, source = _from_text(rec.get("text", ""), task)
-                    ranked[ident].append((int(rec.get("rank", len(ranked[ident]) + 1)), answer, source))
+    if path.name.lower().removesuffix(".gz").endswith(".jsonl"):
+        for lineno, rec in jsonl_records(path):
+            if "id" not in rec:
+                raise InputError(f"{path}:{lineno}: record has no 'id'")
+            ident = str(rec["id"])
+            if "answers" in rec:
+                for r, a in enumerate(rec["answers"], 1):
+                    ranked[ident].append((r, a, rec.get("input")))
             else:
+                answer, source = _from_text(rec.get("text", ""), task)
+                ranked[ident].append((int(rec.get("rank", len(ranked[ident]) + 1)), answer, source))
+    else:
+        with open_any(path) as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
                 fields = line.rstrip("\n").split("\t") if "\t" in line else line.split()
                 ident, rank = _rank_of(fields[1] if len(fields) > 1 else str(lineno))
                 sides = fields[0].split(">")

@@ -23,7 +23,7 @@ from logos.data import DATASETS, cache_dir, fetch
 from logos.evaluate.report import sha256_of
 from logos.records import InputError
 
-__all__ = ["open_any", "resolve_reference", "cache_path", "cached_keys", "cached_array", "cached_json", "progress"]
+__all__ = ["jsonl_records", "open_any", "resolve_reference", "cache_path", "cached_keys", "cached_array", "cached_json", "progress"]
 
 CACHE_SCHEMA = 1  # bump when a canonical form changes
 
@@ -39,6 +39,22 @@ def open_any(path: Path):
     if path.suffix == ".gz":
         return gzip.open(path, "rt", encoding="utf-8")
     return open(path, encoding="utf-8")
+
+
+def jsonl_records(path: Path):
+    """(line number, record) of a JSONL file, the ``logos_header`` line skipped; bad JSON: InputError naming the line."""
+    with open_any(path) as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InputError(f"{path}:{lineno}: not JSON ({e.msg})") from None
+            if not isinstance(rec, dict):
+                raise InputError(f"{path}:{lineno}: not a JSON object")
+            if "logos_header" not in rec:
+                yield lineno, rec
 
 
 def resolve_reference(spec: str | Path) -> Path:
