@@ -108,6 +108,19 @@ def test_moses_filters():
     assert not passes_filters(Chem.MolFromSmiles("O=C1NC(=S)SC1=Cc1ccccc1"))  # PAINS ene_rhod
 
 
+def test_filter_screen_never_drops_a_match():
+    from rdkit import Chem
+
+    from logos.evaluate.molecules import passes_filters, read_molecules
+
+    mols = [Chem.MolFromSmiles(s) for s in read_molecules(ASSETS / "molecules" / "pubchem_charged_stereo_120.smi")
+            + read_molecules(ASSETS / "molecules" / "chembl_actives_50.smi") + ["O=C1NC(=S)SC1=Cc1ccccc1"]]
+    mols = [m for m in mols if m is not None]
+    fast = [passes_filters(m) for m in mols]
+    assert fast == [passes_filters(m, screen=False) for m in mols]
+    assert 0 < sum(fast) < len(fast)
+
+
 def test_fcd_of_a_set_with_itself_is_zero():
     pytest.importorskip("fcd")
     from logos.evaluate import molecules as M

@@ -154,6 +154,11 @@ def sa_score(mol: Chem.Mol) -> float:
 
 
 @lru_cache(maxsize=1)
+def _screened_filters() -> tuple[tuple[DataStructs.ExplicitBitVect, Chem.Mol], ...]:
+    return tuple((Chem.PatternFingerprint(p), p) for p in _filters())
+
+
+@lru_cache(maxsize=1)
 def _filters() -> tuple[Chem.Mol, ...]:
     from logos.data import package_archive, read_member
 
@@ -170,8 +175,13 @@ def _filters() -> tuple[Chem.Mol, ...]:
 _ALLOWED = frozenset({"C", "N", "S", "O", "F", "Cl", "Br", "H"})
 
 
-def passes_filters(mol: Chem.Mol) -> bool:
-    """MOSES ``mol_passes_filters`` (rings >= 8, charges, atom types, MCF and PAINS SMARTS)."""
+def passes_filters(mol: Chem.Mol, screen: bool = True) -> bool:
+    """MOSES ``mol_passes_filters`` (rings >= 8, charges, atom types, MCF and PAINS SMARTS).
+
+    ``screen``: a SMARTS is matched only when its RDKit pattern fingerprint is a subset of the
+    molecule's (the substructure screen of RDKit's ``SubstructLibrary``; it never drops a match),
+    about 4x faster than matching all ~230 patterns; the tests compare it with ``screen=False``.
+    """
     if any(len(r) >= 8 for r in mol.GetRingInfo().AtomRings()):
         return False
     if any(a.GetFormalCharge() != 0 for a in mol.GetAtoms()):
@@ -179,7 +189,11 @@ def passes_filters(mol: Chem.Mol) -> bool:
     if any(a.GetSymbol() not in _ALLOWED for a in mol.GetAtoms()):
         return False
     h_mol = Chem.AddHs(mol)
-    if any(h_mol.HasSubstructMatch(p) for p in _filters()):
+    if screen:
+        fp = Chem.PatternFingerprint(h_mol)
+        if any(DataStructs.AllProbeBitsMatch(q, fp) and h_mol.HasSubstructMatch(p) for q, p in _screened_filters()):
+            return False
+    elif any(h_mol.HasSubstructMatch(p) for p in _filters()):
         return False
     smiles = Chem.MolToSmiles(mol, isomericSmiles=False)
     return bool(smiles) and Chem.MolFromSmiles(smiles) is not None
