@@ -179,7 +179,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from logos.evaluate import EvaluateOptions, run
 
     doc = run(args.task, Path(args.predictions), Path(args.output), references=args.references, train=args.train,
-              options=EvaluateOptions(fcd=args.fcd, vina=args.vina, limit=args.limit, train_as_given=args.train_as_given))
+              options=EvaluateOptions(fcd=args.fcd, vina=args.vina, limit=args.limit, train_as_given=args.train_as_given,
+                                      workers=args.workers))
     shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in doc["metrics"].items()
                       if v is not None)
     print(f"evaluate {args.task}: {shown} -> {args.output}/metrics.json", file=sys.stderr)
@@ -373,6 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fcd", action="store_true", help="molecule: Frechet ChemNet Distance (pip install 'logos[fcd]')")
     p.add_argument("--vina", action="store_true", help="ligand: Vina scores (pip install 'logos[docking]')")
     p.add_argument("--limit", type=int, help="retro/forward/csp: only the first N reference items")
+    p.add_argument("--workers", type=int, default=1, help="molecule: processes for filters and properties")
     p.add_argument("--train-as-given", action="store_true",
                    help="molecule: novelty against the training SMILES as stored (MOSES), without canonicalizing them")
     p.set_defaults(func=_cmd_evaluate)

@@ -33,11 +33,12 @@ class EvaluateOptions:
     train_as_given: bool = False  # molecule: training SMILES as stored (MOSES's novelty), not canonicalized
     fcd_sample: int = 10_000
     property_sample: int = 10_000
+    workers: int = 1  # molecule: processes for filters and properties
 
 
 def _molecule(pred, refs, train, opt):
     mo = molecules.MoleculeOptions(fcd=opt.fcd, fcd_sample=opt.fcd_sample, property_sample=opt.property_sample,
-                                   train_as_given=opt.train_as_given)
+                                   train_as_given=opt.train_as_given, workers=opt.workers)
     details: dict = {}
     m = molecules.evaluate(molecules.read_molecules(pred), refs, train, mo, details)
     rep = Report("molecule", molecules.SCHEMA_VERSION, m, molecules.DEFINITIONS, seconds=details["seconds"])
