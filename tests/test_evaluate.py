@@ -203,6 +203,14 @@ def test_retro_known_answers_on_uspto50k_slice(tmp_path):
     assert (m["top-1"], m["top-3"]) == (0.0, 1.0)
 
 
+def test_canonical_set_is_a_fixed_point():
+    from logos.evaluate.reactions import canonical_set
+
+    # a USPTO-50k test reaction: RDKit flips @@/@ of this trans-1,4-cyclohexane on a second pass
+    once = canonical_set("Cc1ccnc(Cl)n1.O[C@@H]1CC[C@@H](N2CCNCC2)CC1")
+    assert canonical_set(once) == once
+
+
 def test_reaction_answers_matched_by_product_and_atom_maps_ignored(tmp_path):
     from logos.evaluate.reactions import evaluate, read_predictions
 

@@ -80,7 +80,13 @@ def canonical_set(smiles: str) -> str | None:
             return None
         for atom in mol.GetAtoms():
             atom.SetAtomMapNum(0)
-        parts.append(Chem.MolToSmiles(mol))
+        smi = Chem.MolToSmiles(mol)
+        for _ in range(3):  # RDKit's canonical SMILES is not always a fixed point (ring cis/trans): iterate to one
+            again = Chem.MolToSmiles(Chem.MolFromSmiles(smi))
+            if again == smi:
+                break
+            smi = again
+        parts.append(smi)
     return ".".join(sorted(parts))
 
 

@@ -25,7 +25,7 @@ from logos.records import InputError
 
 __all__ = ["jsonl_records", "open_any", "resolve_reference", "cache_path", "cached_keys", "cached_array", "cached_json", "progress"]
 
-CACHE_SCHEMA = 1  # bump when a canonical form changes
+CACHE_SCHEMA = 2  # bump when a canonical form changes (2: reaction sides iterated to a fixed point)
 
 
 def open_any(path: Path):
