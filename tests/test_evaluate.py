@@ -289,6 +289,25 @@ def test_crystal_cli_on_a_cif_folder(tmp_path):
     assert m["n"] == 3 and m["structural_validity"] == 1.0
 
 
+def test_crystal_grammar_text_checks_space_group_and_multiplicity(tmp_path):
+    from logos.cli import main
+
+    corpus = tmp_path / "c.jsonl"
+    assert main(["tokenize", str(ASSETS / "crystal" / "NaCl.cif"), str(ASSETS / "crystal" / "mp_dielectric_142.cif"),
+                 "-o", str(corpus), "-q"]) == 0
+    lines = corpus.read_text().splitlines()
+    rec = json.loads(lines[-1])
+    start = rec["text"].index("<sg")
+    stated = rec["text"][start:rec["text"].index(">", start) + 1]
+    assert stated != "<sg1>"
+    wrong = dict(rec, text=rec["text"].replace(stated, "<sg1>", 1))  # the same sites, stated as P1
+    corpus.write_text("\n".join(lines + [json.dumps(wrong)]) + "\n")
+    assert _cli("--task", "crystal", "--predictions", corpus, "--references", PEROV, "-o", tmp_path / "r") == 0
+    m = json.loads((tmp_path / "r" / "metrics.json").read_text())["metrics"]
+    assert m["n"] == 3 and m["structural_validity"] == 1.0
+    assert m["space_group_consistency"] == pytest.approx(2 / 3)  # the text relabelled P1 states a wrong group
+
+
 # ---------------------------------------------------------------- pockets, proteins, MOFs
 def test_pocket_precision_recall_and_dcc_on_a_hand_made_pocket():
     from logos.evaluate.pockets import Site, evaluate
