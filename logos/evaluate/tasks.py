@@ -136,9 +136,10 @@ def run(task: str, predictions: Path, out_dir: Path, references: str | Path | No
     if not predictions.exists():
         raise InputError(f"{predictions}: no such file or folder")
     references = references if references is not None else DEFAULT_REFERENCES.get(task)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     report, figures = _RUNNERS[task](predictions, references, train, options)
     report.seconds["total"] = time.perf_counter() - t0
+    report.seconds["cpu_total"] = time.process_time() - c0  # this process's CPU time: what a free core would take
     report.inputs["predictions"] = str(predictions)
     if references is not None:
         report.inputs["references"] = str(ref.resolve_reference(references))
