@@ -7,7 +7,8 @@ acceptors <= 10; RDKit Lipinski counts).
 
 Vina (``vina`` + ``meeko``, the optional extra ``logos[docking]``): the receptor is the reference
 structure's protein (ATOM records) prepared by meeko's ``Polymer`` (residues meeko cannot template
-are skipped, as its ``allow_bad_res`` does); each valid ligand is protonated, embedded (RDKit
+are skipped, as its ``allow_bad_res`` does, and a residue it cannot build at all, e.g. one missing
+side-chain atoms, is dropped and listed in ``vina_dropped_residues``); each valid ligand is protonated, embedded (RDKit
 ETKDGv3, seed 0) and prepared by meeko; the box is centred on the pocket residues' heavy atoms
 (the true pocket of the reference ligand) and spans them plus 4 A on each side (at least 20 A);
 ``exhaustiveness`` 8 by default, best pose's score in kcal/mol. A ligand that cannot be embedded,
@@ -40,6 +41,7 @@ DEFINITIONS = {
     "intdiv1": "MOSES IntDiv of the valid ligands (Morgan r=2, 1024 bits)",
     "vina_mean": "mean best Vina score over docked ligands (kcal/mol)",
     "vina_docked": "ligands docked", "vina_failures": "valid ligands that could not be embedded, prepared or docked",
+    "vina_dropped_residues": "receptor residues meeko could not build, left out of the receptor",
 }
 
 
@@ -71,20 +73,36 @@ def lipinski_ok(mol: Chem.Mol) -> bool:
     return broken <= 1
 
 
-def _receptor(pdb: Path) -> str:
+def _receptor(pdb: Path, dropped: list[str] | None = None) -> str:
+    """Receptor PDBQT by meeko; a residue meeko cannot build (e.g. missing side-chain atoms) is dropped
+    (named in ``dropped``), up to 20 of them."""
+    import re
+
     from meeko import MoleculePreparation, PDBQTWriterLegacy, Polymer, ResidueChemTemplates
 
-    text = "".join(l for l in open(pdb) if l.startswith(("ATOM", "TER", "END")))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        poly = Polymer.from_pdb_string(text, ResidueChemTemplates.create_from_defaults(), MoleculePreparation(),
-                                       allow_bad_res=True, default_altloc="A")
-    return PDBQTWriterLegacy.write_from_polymer(poly)[0]
+    lines = [l for l in open(pdb) if l.startswith(("ATOM", "TER", "END"))]
+    for _ in range(20):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                poly = Polymer.from_pdb_string("".join(lines), ResidueChemTemplates.create_from_defaults(),
+                                               MoleculePreparation(), allow_bad_res=True, default_altloc="A")
+            return PDBQTWriterLegacy.write_from_polymer(poly)[0]
+        except RuntimeError as e:
+            bad = re.search(r"key (\w):(-?\d+)(\w?)", str(e))
+            if not bad:
+                raise
+            chain, num, icode = bad.group(1), int(bad.group(2)), bad.group(3)
+            if dropped is not None:
+                dropped.append(f"{pdb.name}:{chain}:{num}{icode}")
+            lines = [l for l in lines if not (l.startswith("ATOM") and l[21] == chain and int(l[22:26]) == num
+                                              and l[26].strip() == icode)]
+    raise RuntimeError(f"{pdb.name}: meeko cannot prepare the receptor")
 
 
 def vina_scores(smiles: list[str], receptor_pdb: Path, pocket_xyz: np.ndarray,
-                options: LigandOptions = LigandOptions()) -> list[float | None]:
-    """Best Vina score per ligand (None: a docking failure)."""
+                options: LigandOptions = LigandOptions(), dropped: list[str] | None = None) -> list[float | None]:
+    """Best Vina score per ligand (None: a docking failure); residues left out of the receptor go to ``dropped``."""
     try:
         from meeko import MoleculePreparation, PDBQTWriterLegacy
         from vina import Vina
@@ -94,8 +112,12 @@ def vina_scores(smiles: list[str], receptor_pdb: Path, pocket_xyz: np.ndarray,
 
     import tempfile
 
+    try:
+        receptor = _receptor(Path(receptor_pdb), dropped)
+    except Exception:  # a receptor meeko cannot prepare: every ligand of it is a docking failure
+        return [None] * len(smiles)
     with tempfile.NamedTemporaryFile("w", suffix=".pdbqt", delete=False) as fh:
-        fh.write(_receptor(receptor_pdb))
+        fh.write(receptor)
         rec_path = fh.name
     centre = pocket_xyz.mean(axis=0)
     size = np.maximum(pocket_xyz.max(axis=0) - pocket_xyz.min(axis=0) + 8.0, 20.0)
@@ -142,14 +164,15 @@ def evaluate(ligands: list[tuple[str, str | None]], sites: list | None = None, s
             if s and Chem.MolFromSmiles(s) is not None:
                 groups[target].append(s)
         scores: list[float | None] = []
+        dropped: list[str] = []
         for target, smis in groups.items():
             site = by_site.get(target) or by_site.get(target.removesuffix("_protein"))
             if site is None or not site.ligands:
                 scores += [None] * len(smis)
                 continue
             xyz = np.concatenate([site.residues[k] for k in site.ligands[0][1]])
-            scores += vina_scores(smis, structures[site.name], xyz, options)
+            scores += vina_scores(smis, structures[site.name], xyz, options, dropped)
         done = [x for x in scores if x is not None]
         m.update(vina_mean=float(np.mean(done)) if done else None, vina_docked=len(done),
-                 vina_failures=len(scores) - len(done))
+                 vina_failures=len(scores) - len(done), vina_dropped_residues=dropped)
     return m
