@@ -25,7 +25,8 @@ from logos.records import InputError
 
 __all__ = ["jsonl_records", "open_any", "resolve_reference", "cache_path", "cached_keys", "cached_array", "cached_json", "progress"]
 
-CACHE_SCHEMA = 2  # bump when a canonical form changes (2: reaction sides iterated to a fixed point)
+# version of each kind's canonical form: bump one when it changes (reactions 2: sides iterated to a fixed point)
+CACHE_SCHEMA: dict[str, int] = {"reactions": 2}
 
 
 def open_any(path: Path):
@@ -79,10 +80,10 @@ def _digest(path: Path) -> str:
 
 
 def cache_path(kind: str, source: Path, suffix: str) -> Path:
-    """``$LOGOS_CACHE/evaluate/<kind>-v<schema>-<sha256 of source>[:20]<suffix>``."""
+    """``$LOGOS_CACHE/evaluate/<kind>-v<schema of kind>-<sha256 of source>[:20]<suffix>``."""
     folder = cache_dir() / "evaluate"
     folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"{kind}-v{CACHE_SCHEMA}-{_digest(Path(source))[:20]}{suffix}"
+    return folder / f"{kind}-v{CACHE_SCHEMA.get(kind, 1)}-{_digest(Path(source))[:20]}{suffix}"
 
 
 def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
