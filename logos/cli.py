@@ -211,6 +211,18 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from logos.evaluate import EvaluateOptions, run
+
+    doc = run(args.task, Path(args.predictions), Path(args.output), references=args.references, train=args.train,
+              options=EvaluateOptions(fcd=args.fcd, vina=args.vina, limit=args.limit, train_as_given=args.train_as_given,
+                                      workers=args.workers))
+    shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in doc["metrics"].items()
+                      if v is not None)
+    print(f"evaluate {args.task}: {shown} -> {args.output}/metrics.json", file=sys.stderr)
+    return EXIT_OK
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
     from logos.plan import activation_bytes, format_plan, model_size, plan_rows
     from logos.train.model import vocab_of
@@ -397,6 +409,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--3d", dest="three_d", action="store_true", help="SDF: embed a 3D conformer")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_generate)
+
+    p = sub.add_parser("evaluate", help="the field's own metrics of predictions from any generator -> metrics.json, "
+                                        "report.md, PNG figures")
+    p.add_argument("--task", required=True, choices=("molecule", "retro", "forward", "crystal", "csp", "mof", "pocket",
+                                                     "ligand", "protein"))
+    p.add_argument("--predictions", required=True, metavar="FILE|DIR",
+                   help=".smi/.sdf/.jsonl molecules; .jsonl/.rsmi ranked answers; CIF folder/multi-block CIF/.jsonl "
+                        "crystals; .pocket.csv/.pocket.json; FASTA")
+    p.add_argument("--references", metavar="FILE|DIR|DATASET", help="test set (a path or a `logos fetch` name; "
+                                                                     "default per task: moses-test, mp-dielectric, "
+                                                                     "pyhmmer-proteins)")
+    p.add_argument("--train", metavar="FILE|DIR|DATASET", help="the model's training corpus: novelty, identity, and "
+                                                               "contamination (test items found in it)")
+    p.add_argument("-o", "--output", required=True, metavar="REPORT_DIR")
+    p.add_argument("--fcd", action="store_true", help="molecule: Frechet ChemNet Distance (pip install 'logos[fcd]')")
+    p.add_argument("--vina", action="store_true", help="ligand: Vina scores (pip install 'logos[docking]')")
+    p.add_argument("--limit", type=int, help="retro/forward/csp: only the first N reference items")
+    p.add_argument("--workers", type=int, default=1, help="molecule: processes for filters and properties")
+    p.add_argument("--train-as-given", action="store_true",
+                   help="molecule: novelty against the training SMILES as stored (MOSES), without canonicalizing them")
+    p.set_defaults(func=_cmd_evaluate)
     return parser
 
 

@@ -1,0 +1,285 @@
+"""Crystal metrics: unconditional generation (CDVAE's protocol as CrystaLLM reports it) and structure prediction.
+
+Unconditional (``--task crystal``), from :mod:`logos.materials.validity` (reused, not rewritten):
+
+- ``structural_validity``: every interatomic distance >= 0.5 Angstrom (periodic images included)
+  and volume >= 0.1 Angstrom^3; ``compositional_validity``: CDVAE's SMACT rules
+  (:func:`~logos.materials.validity.cdvae_compositional_validity`); ``validity``: both;
+- ``space_group_consistency`` / ``multiplicity_consistency``: for grammar text only (the text
+  states a space group and Wyckoff letters; a CIF states neither in a checkable way: n/a);
+- ``uniqueness``: distinct valid structures / valid structures, by pymatgen ``StructureMatcher``
+  (default tolerances ``ltol=0.2, stol=0.3, angle_tol=5``) within groups of equal reduced formula;
+- ``novelty``: share of the distinct valid structures that match no structure of the training
+  corpus (same matcher, candidates of equal reduced formula);
+- ``w_density`` / ``w_num_elements``: Wasserstein-1 distance between the valid samples' density
+  (g/cm^3) / number of distinct elements and the reference set's (CDVAE's property statistics).
+
+Structure prediction (``--task csp``): for each reference structure, candidates ``id#1..id#n``;
+``match_rate@n``: share of reference structures matched by any of the first n candidates under
+``StructureMatcher(stol=0.5, angle_tol=10, ltol=0.3)`` (CrystaLLM's and DiffCSP's tolerances);
+``rmse@n``: mean over matched structures of the smallest normalized RMS displacement
+(``get_rms_dist``, normalized by (V/N)^(1/3)). Reported for n = 1 and n = 20.
+
+Inputs: a folder of CIFs, a multi-block CIF (block ``data_ID`` or ``data_ID#R``), a pymatgen JSON,
+a CSV with ``material_id`` and ``cif`` columns (CDVAE's Perov-5), or a grammar JSONL (``text``,
+``id``, optional ``rank``). References and training corpora are cached as JSON (lattice matrix,
+species, fractional coordinates) by :mod:`logos.evaluate.reference`.
+"""
+
+from __future__ import annotations
+
+import csv
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from logos.evaluate import reference as ref
+from logos.materials.crystal import Crystal, load, read_crystal_file
+from logos.materials.validity import cdvae_compositional_validity, check_crystal, structural_validity
+from logos.records import InputError, RecordError
+
+__all__ = ["CrystalOptions", "Item", "SCHEMA_VERSION", "DEFINITIONS", "CSP_TOLERANCES", "read_items", "load_set",
+           "to_structure", "evaluate", "evaluate_csp", "contamination"]
+
+SCHEMA_VERSION = 1
+CSP_TOLERANCES = {"stol": 0.5, "angle_tol": 10, "ltol": 0.3}
+DEFINITIONS = {
+    "n": "structures read (unreadable ones count as invalid)",
+    "structural_validity": "share with all interatomic distances >= 0.5 A (and volume >= 0.1 A^3)",
+    "compositional_validity": "share passing CDVAE's SMACT charge-neutrality + Pauling test (alloys valid)",
+    "validity": "share structurally and compositionally valid",
+    "space_group_consistency": "grammar text: share whose stated space group spglib finds (symprec 0.1 A)",
+    "multiplicity_consistency": "grammar text: share whose Wyckoff letters expand to the written composition",
+    "uniqueness": "distinct valid structures / valid (StructureMatcher ltol 0.2, stol 0.3, angle_tol 5)",
+    "novelty": "share of distinct valid structures matching no training structure (same matcher)",
+    "w_density": "Wasserstein-1 distance of density (g/cm^3) to the reference",
+    "w_num_elements": "Wasserstein-1 distance of the number of elements to the reference",
+    "test_in_train": "reference structures matching a training structure (StructureMatcher)",
+}
+for _n in (1, 20):
+    DEFINITIONS[f"match_rate@{_n}"] = (f"share of reference structures matched by one of the first {_n} candidates "
+                                       "(StructureMatcher stol 0.5, angle_tol 10, ltol 0.3)")
+    DEFINITIONS[f"rmse@{_n}"] = f"mean normalized RMS displacement of the best match among {_n} (matched only)"
+
+
+@dataclass(frozen=True)
+class CrystalOptions:
+    ns: tuple[int, ...] = (1, 20)
+
+
+@dataclass
+class Item:
+    """One structure: its id and rank, the pymatgen-ready arrays, the grammar text (if any), or the error."""
+
+    id: str
+    rank: int
+    matrix: list | None = None
+    species: list | None = None
+    frac: list | None = None
+    text: str | None = None
+    error: str | None = None
+
+    def as_json(self) -> dict:
+        return {"id": self.id, "rank": self.rank, "matrix": self.matrix, "species": self.species, "frac": self.frac}
+
+
+def _split_rank(ident: str, default: int) -> tuple[str, int]:
+    base, sep, r = ident.rpartition("#")
+    return (base, int(r)) if sep and r.isdigit() else (ident, default)
+
+
+def _from_crystal(ident: str, rank: int, cell: Crystal, text: str | None = None) -> Item:
+    species = [s.element if s.occ >= 0.999 else {s.element: s.occ} for s in cell.sites]
+    return Item(ident, rank, cell.matrix().tolist(), species, [list(s.frac) for s in cell.sites], text)
+
+
+def _from_text(ident: str, rank: int, text: str) -> Item:
+    from logos.materials.symmetry import expand, unit_cell
+    from logos.materials.text import parse_crystal_text
+
+    try:
+        asym, _ = expand(parse_crystal_text(text))
+        return _from_crystal(ident, rank, unit_cell(asym), text)
+    except RecordError as e:
+        return Item(ident, rank, text=text, error=str(e))
+
+
+def read_items(path: Path) -> list[Item]:
+    """Every structure of a folder, CIF, pymatgen JSON, CDVAE CSV (``cif`` column) or grammar JSONL."""
+    path = Path(path)
+    files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+    out: list[Item] = []
+    for f in files:
+        name = f.name.lower()
+        counter: dict[str, int] = defaultdict(int)
+        if name.endswith(".jsonl"):
+            for lineno, rec in ref.jsonl_records(f):
+                ident = str(rec.get("id", lineno))
+                counter[ident] += 1
+                out.append(_from_text(ident, int(rec.get("rank", counter[ident])), rec.get("text", "")))
+        elif ".csv" in name:
+            with ref.open_any(f) as fh:
+                for lineno, row in enumerate(csv.DictReader(fh), 2):
+                    if "cif" not in row:
+                        raise InputError(f"{f}: no 'cif' column")
+                    ident = str(row.get("material_id") or lineno)
+                    out.append(_load_block(ident, 1, row["cif"], f"{f}:{lineno}"))
+        else:
+            try:
+                for k, item in enumerate(read_crystal_file(f), 1):
+                    ident, rank = _split_rank(item.id or (f.stem if len(files) > 1 else str(k)), 1)
+                    if ident == item.id and len(files) > 1 and item.id is None:
+                        ident = f.stem
+                    try:
+                        out.append(_from_crystal(ident, rank, load(item)))
+                    except RecordError as e:
+                        out.append(Item(ident, rank, error=f"{item.source}: {e}"))
+            except InputError as e:
+                raise InputError(f"{f}: {e}") from None
+    return out
+
+
+def _load_block(ident: str, rank: int, text: str, source: str) -> Item:
+    from logos.materials.crystal import read_cif_block
+
+    try:
+        return _from_crystal(ident, rank, read_cif_block(text))
+    except RecordError as e:
+        return Item(ident, rank, error=f"{source}: {e}")
+
+
+def load_set(spec: str | Path) -> list[Item]:
+    """A reference set or training corpus (bundled name or path), read once and cached as JSON."""
+    path = ref.resolve_reference(spec)
+    rows = ref.cached_json("crystals", path, lambda: [i.as_json() for i in read_items(path) if i.error is None])
+    return [Item(**r) for r in rows]
+
+
+def to_structure(item: Item):
+    from pymatgen.core import Lattice, Structure
+
+    return Structure(Lattice(item.matrix), item.species, item.frac)
+
+
+def _crystal(item: Item) -> Crystal:
+    from logos.materials.crystal import Site, lattice_parameters
+
+    sites = []
+    for sp, fr in zip(item.species, item.frac):
+        for el, occ in (sp.items() if isinstance(sp, dict) else [(sp, 1.0)]):
+            sites.append(Site(el, tuple(fr), occ))
+    return Crystal(lattice_parameters(np.array(item.matrix)), sites)
+
+
+def _matcher(**kw):
+    from pymatgen.analysis.structure_matcher import StructureMatcher
+
+    return StructureMatcher(**kw)
+
+
+def _groups(structures: list) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = defaultdict(list)
+    for i, s in enumerate(structures):
+        out[s.composition.reduced_formula].append(i)
+    return out
+
+
+def _distinct(structures: list, matcher) -> list[int]:
+    """Indices of the first structure of each StructureMatcher class (compared within formula groups)."""
+    keep = []
+    for members in _groups(structures).values():
+        firsts: list[int] = []
+        for i in members:
+            if not any(matcher.fit(structures[i], structures[j]) for j in firsts):
+                firsts.append(i)
+        keep += firsts
+    return sorted(keep)
+
+
+def _found_in(structures: list, corpus: list, matcher) -> list[bool]:
+    groups = _groups(corpus)
+    return [any(matcher.fit(s, corpus[j]) for j in groups.get(s.composition.reduced_formula, []))
+            for s in structures]
+
+
+def _wasserstein(a, b) -> float | None:
+    from scipy.stats import wasserstein_distance
+
+    return float(wasserstein_distance(a, b)) if len(a) and len(b) else None
+
+
+def evaluate(items: list[Item], reference: list[Item] | None = None, train: list[Item] | None = None) -> dict:
+    """Unconditional crystal metrics of structures in memory (see the module docstring)."""
+    warnings.filterwarnings("ignore", module="pymatgen")
+    n = len(items)
+    struct, comp, sg, mult, valid = [], [], [], [], []
+    for it in items:
+        if it.error is not None:
+            struct.append(False), comp.append(False), valid.append(False)
+            continue
+        cell = _crystal(it)
+        ok_s = structural_validity(cell)[0]
+        counts: dict[str, float] = defaultdict(float)
+        for s in cell.sites:
+            counts[s.element] += s.occ
+        ok_c = cdvae_compositional_validity(counts)
+        struct.append(ok_s), comp.append(ok_c), valid.append(ok_s and ok_c)
+        if it.text is not None:
+            v = check_crystal(it.text)
+            sg.append(bool(v.space_group)), mult.append(bool(v.multiplicity))
+    rate = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
+    m: dict = {"n": n, "structural_validity": rate(struct) if n else None, "compositional_validity": rate(comp) if n else None,
+               "validity": rate(valid) if n else None,
+               "space_group_consistency": rate(sg), "multiplicity_consistency": rate(mult)}
+    good = [to_structure(it) for it, ok in zip(items, valid) if ok]
+    matcher = _matcher()
+    distinct = _distinct(good, matcher) if good else []
+    m["uniqueness"] = len(distinct) / len(good) if good else None
+    if train is not None:
+        seen = _found_in([good[i] for i in distinct], [to_structure(t) for t in train], matcher)
+        m["novelty"] = (1 - sum(seen) / len(seen)) if seen else None
+    if reference is not None:
+        rs = [to_structure(r) for r in reference]
+        m["w_density"] = _wasserstein([s.density for s in good], [s.density for s in rs])
+        m["w_num_elements"] = _wasserstein([len(s.composition.elements) for s in good],
+                                           [len(s.composition.elements) for s in rs])
+    return m
+
+
+def evaluate_csp(candidates: list[Item], reference: list[Item], options: CrystalOptions = CrystalOptions()) -> dict:
+    """Match rate and RMSE at each n of ``options.ns`` (CrystaLLM's tolerances)."""
+    warnings.filterwarnings("ignore", module="pymatgen")
+    matcher = _matcher(**CSP_TOLERANCES)
+    by_id: dict[str, list[Item]] = defaultdict(list)
+    for c in candidates:
+        by_id[c.id].append(c)
+    best: dict[int, list[float | None]] = {n: [] for n in options.ns}
+    for r in reference:
+        target = to_structure(r)
+        rms_by_rank: list[float | None] = []
+        for c in sorted(by_id.get(r.id, []), key=lambda c: c.rank)[:max(options.ns)]:
+            rms = None
+            if c.error is None:
+                try:
+                    d = matcher.get_rms_dist(to_structure(c), target)
+                    rms = None if d is None else float(d[0])
+                except Exception:  # pymatgen raises on degenerate lattices: a miss
+                    rms = None
+            rms_by_rank.append(rms)
+        for n in options.ns:
+            found = [x for x in rms_by_rank[:n] if x is not None]
+            best[n].append(min(found) if found else None)
+    m: dict = {"n": len(reference)}
+    for n in options.ns:
+        hit = [x for x in best[n] if x is not None]
+        m[f"match_rate@{n}"] = len(hit) / len(reference) if reference else None
+        m[f"rmse@{n}"] = float(np.mean(hit)) if hit else None
+    return m
+
+
+def contamination(reference: list[Item], train: list[Item]) -> int:
+    matcher = _matcher()
+    return sum(_found_in([to_structure(r) for r in reference], [to_structure(t) for t in train], matcher))

@@ -1,0 +1,148 @@
+"""``logos evaluate``: one entry point per task, from files to ``metrics.json``, ``report.md`` and figures.
+
+Each task reads the predictions (any generator's files), the reference set and optionally the
+model's training corpus, calls its field module's in-memory ``evaluate`` (the same function
+generation calls), adds contamination (``test_in_train``: test items whose canonical key occurs in
+the training corpus) when a training corpus is given, and writes the report
+(:mod:`logos.evaluate.report`). Reference defaults: MOSES test (molecule), Materials Project
+dielectric set (crystal), pyhmmer's proteins (protein); the others need ``--references``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from logos.evaluate import crystals, ligands, mofs, molecules, pockets, proteins, reactions
+from logos.evaluate import reference as ref
+from logos.evaluate.report import Report, write_report
+from logos.records import InputError
+
+__all__ = ["EvaluateOptions", "TASKS", "DEFAULT_REFERENCES", "run"]
+
+TASKS = ("molecule", "retro", "forward", "crystal", "csp", "mof", "pocket", "ligand", "protein")
+DEFAULT_REFERENCES = {"molecule": "moses-test", "crystal": "mp-dielectric", "protein": "pyhmmer-proteins"}
+
+
+@dataclass(frozen=True)
+class EvaluateOptions:
+    fcd: bool = False  # molecule: FCD (needs logos[fcd])
+    vina: bool = False  # ligand: Vina scores (needs logos[docking])
+    limit: int | None = None  # first N reference items (retro/forward/csp), e.g. a slice for tests
+    train_as_given: bool = False  # molecule: training SMILES as stored (MOSES's novelty), not canonicalized
+    fcd_sample: int = 10_000
+    property_sample: int = 10_000
+    workers: int = 1  # molecule: processes for filters and properties
+
+
+def _molecule(pred, refs, train, opt):
+    mo = molecules.MoleculeOptions(fcd=opt.fcd, fcd_sample=opt.fcd_sample, property_sample=opt.property_sample,
+                                   train_as_given=opt.train_as_given, workers=opt.workers)
+    details: dict = {}
+    m = molecules.evaluate(molecules.read_molecules(pred), refs, train, mo, details)
+    rep = Report("molecule", molecules.SCHEMA_VERSION, m, molecules.DEFINITIONS, seconds=details["seconds"])
+    if 0 < details["n_valid"] < 10_000:
+        rep.notes.append(f"unique@10000 is over the {details['n_valid']:,} valid samples available (MOSES warns the same)")
+    if train is not None and opt.train_as_given:
+        rep.notes.append("novelty against the training SMILES as stored (MOSES's definition), not re-canonicalized")
+    return rep, molecules.figures(details)
+
+
+def _reactions(task):
+    def run(pred, refs, train, opt):
+        if refs is None:
+            raise InputError(f"--task {task} needs --references (e.g. USPTO-50k's raw_test.csv.xz)")
+        path = ref.resolve_reference(refs)
+        if opt.limit:
+            test = reactions.read_reference(path, opt.limit)
+        else:
+            test = [reactions.Reaction(**r) for r in ref.cached_json(
+                "reactions", path, lambda: [r.__dict__ for r in reactions.read_reference(path)])]
+        m, rows = reactions.evaluate(test, reactions.read_predictions(pred, task), reactions.ReactionOptions(task))
+        if train is not None:
+            m["test_in_train"] = reactions.contamination(test, ref.resolve_reference(train))
+        return Report(task, reactions.SCHEMA_VERSION, m, reactions.DEFINITIONS, tables={"per reaction class": rows}), {}
+    return run
+
+
+def _crystal(pred, refs, train, opt):
+    reference = crystals.load_set(refs) if refs is not None else None
+    trainset = crystals.load_set(train) if train is not None else None
+    m = crystals.evaluate(crystals.read_items(pred), reference, trainset)
+    if reference is not None and trainset is not None:
+        m["test_in_train"] = crystals.contamination(reference, trainset)
+    return Report("crystal", crystals.SCHEMA_VERSION, m, crystals.DEFINITIONS), {}
+
+
+def _csp(pred, refs, train, opt):
+    if refs is None:
+        raise InputError("--task csp needs --references (e.g. CDVAE's perov_5_test.csv.xz)")
+    reference = crystals.load_set(refs)[:opt.limit or None]
+    m = crystals.evaluate_csp(crystals.read_items(pred), reference)
+    if train is not None:
+        m["test_in_train"] = crystals.contamination(reference, crystals.load_set(train))
+    return Report("csp", crystals.SCHEMA_VERSION, m, crystals.DEFINITIONS), {}
+
+
+def _mof(pred, refs, train, opt):
+    corpus = mofs.load_corpus(train) if train is not None else None
+    m = mofs.evaluate(mofs.read_texts(Path(pred)), corpus)
+    if refs is not None and corpus is not None:
+        m["test_in_train"] = len(mofs.load_corpus(refs).keys & corpus.keys)
+    rep = Report("mof", mofs.SCHEMA_VERSION, m, mofs.DEFINITIONS)
+    if corpus is None:
+        rep.notes.append("no --train: node_known, novel and VNU need the training corpus; validity omits the node check")
+    return rep, {}
+
+
+def _pocket(pred, refs, train, opt):
+    if refs is None:
+        raise InputError("--task pocket needs --references: complexes (X_protein.pdb + X_ligand.sdf), PDBs, or a .ds list")
+    m = pockets.evaluate(pockets.read_sites(Path(refs)), pockets.read_predictions(Path(pred)))
+    return Report("pocket", pockets.SCHEMA_VERSION, m, pockets.DEFINITIONS), {}
+
+
+def _ligand(pred, refs, train, opt):
+    sites = structures = None
+    if refs is not None:
+        files = pockets.structure_files(Path(refs))
+        sites = pockets.read_sites(Path(refs))
+        structures = {pockets._stem(f): f for f in files}
+    m = ligands.evaluate(ligands.read_ligands(Path(pred)), sites, structures, ligands.LigandOptions(vina=opt.vina))
+    return Report("ligand", ligands.SCHEMA_VERSION, m, ligands.DEFINITIONS), {}
+
+
+def _protein(pred, refs, train, opt):
+    reference = proteins.load_set(refs) if refs is not None else None
+    trainset = proteins.load_set(train) if train is not None else None
+    m = proteins.evaluate(proteins.read_sequences(Path(pred)), reference, trainset)
+    if reference is not None and trainset is not None:
+        known = set(trainset)
+        m["test_in_train"] = sum(s in known for s in reference)
+    return Report("protein", proteins.SCHEMA_VERSION, m, proteins.DEFINITIONS), {}
+
+
+_RUNNERS = {"molecule": _molecule, "retro": _reactions("retro"), "forward": _reactions("forward"),
+            "crystal": _crystal, "csp": _csp, "mof": _mof, "pocket": _pocket, "ligand": _ligand, "protein": _protein}
+
+
+def run(task: str, predictions: Path, out_dir: Path, references: str | Path | None = None,
+        train: str | Path | None = None, options: EvaluateOptions = EvaluateOptions()) -> dict:
+    """Evaluate ``predictions`` for ``task`` and write the report into ``out_dir``; returns metrics.json's content."""
+    if task not in _RUNNERS:
+        raise InputError(f"unknown task {task!r} (known: {', '.join(TASKS)})")
+    predictions = Path(predictions)
+    if not predictions.exists():
+        raise InputError(f"{predictions}: no such file or folder")
+    references = references if references is not None else DEFAULT_REFERENCES.get(task)
+    t0, c0 = time.perf_counter(), time.process_time()
+    report, figures = _RUNNERS[task](predictions, references, train, options)
+    report.seconds["total"] = time.perf_counter() - t0
+    report.seconds["cpu_total"] = time.process_time() - c0  # this process's CPU time: what a free core would take
+    report.inputs["predictions"] = str(predictions)
+    if references is not None:
+        report.inputs["references"] = str(ref.resolve_reference(references))
+    if train is not None:
+        report.inputs["train"] = str(ref.resolve_reference(train))
+    return write_report(report, Path(out_dir), figures)
