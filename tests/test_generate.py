@@ -195,3 +195,17 @@ def test_a_checkpoint_of_an_unknown_grammar_is_refused(tmp_path, run_cli):
     (ckpt / "logos_run.json").write_text(json.dumps({"grammar": "v9"}))
     code, err = run_cli("generate", "--checkpoint", ckpt, "-n", "2", "-o", tmp_path / "g.smi", "-q")
     assert code == 2 and "trained on grammar v9" in err and len(err.strip().splitlines()) == 1
+
+
+def test_summary_counts_novelty_against_a_reference_in_other_spellings(tmp_path):
+    from logos.generate import molecule_summary
+
+    result = generate(SHIPPED, tmp_path / "g.smi", GenerateOptions(n=8, batch_size=8), progress=False)
+    written = [re.search(r"<MoleculeS>([^<]+)<MoleculeE>", s.text).group(1) for s in result.samples if s.written]
+    unique = {_canonical(s) for s in written}
+    known = sorted(unique)[:3]
+    reference = tmp_path / "train.smi"  # the same molecules, spelled from another atom
+    reference.write_text("".join(Chem.MolToSmiles(Chem.MolFromSmiles(s), rootedAtAtom=1) + "\n" for s in known))
+    assert all(line.strip() not in known for line in reference.read_text().splitlines())
+    line = molecule_summary(result, reference)
+    assert f"unique {len(unique)} " in line and f"novel {len(unique) - 3} " in line, line

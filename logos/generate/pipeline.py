@@ -266,30 +266,26 @@ def _write(task: Task, samples: list[Sample], out: Path, writer_cls, options: Wr
 
 
 def molecule_summary(result: GenerateResult, reference: Path | None = None) -> str:
-    """Validity, uniqueness and (with a reference SMILES file) novelty of generated molecules."""
-    from logos.chem import canonical_smiles, molecules_in_text, parse_smiles
+    """Validity, uniqueness, (with a reference SMILES file) novelty, and MOSES's IntDiv, filters, QED and SA of
+    generated molecules: the numbers of ``logos evaluate --task molecule`` (:func:`logos.evaluate.molecules.evaluate`)."""
+    from logos.chem import molecules_in_text
+    from logos.evaluate.molecules import evaluate
 
-    canon = []
+    smiles = []
     for s in result.samples:
-        if s.written:
-            try:
-                canon.append(canonical_smiles(parse_smiles(molecules_in_text(s.text)[0])))
-            except (RecordError, IndexError):
-                continue
-    unique = set(canon)
-    n = len(result.samples)
-    line = f"valid {len(canon)} ({len(canon) / max(n, 1):.1%}), unique {len(unique)} ({len(unique) / max(len(canon), 1):.1%})"
-    if reference is not None:
-        from logos.generate.tasks import _lines
-
-        known = set()
-        for _, smi in _lines(reference):
-            try:
-                known.add(canonical_smiles(parse_smiles(smi)))
-            except RecordError:
-                continue
-        novel = len(unique - known)
-        line += f", novel {novel} ({novel / max(len(unique), 1):.1%} of unique)"
+        try:
+            smiles.append(molecules_in_text(s.text)[0] if s.written else None)
+        except (RecordError, IndexError):
+            smiles.append(None)
+    r = evaluate(smiles, train=reference)
+    valid = round(r["validity"] * r["n"])
+    unique = round(r["unique@10000"] * valid)
+    line = f"valid {valid} ({r['validity']:.1%}), unique {unique} ({r['unique@10000']:.1%})"
+    if reference is not None and r.get("novelty") is not None:
+        line += f", novel {round(r['novelty'] * unique)} ({r['novelty']:.1%} of unique)"
+    if valid:
+        line += (f"; IntDiv {r['intdiv1']:.3f}, filters {r['filters']:.1%}, QED {r['qed']:.3f}, SA {r['sa']:.2f}"
+                 " (as logos evaluate)")
     return line
 
 
