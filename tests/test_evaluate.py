@@ -300,12 +300,14 @@ def test_crystal_grammar_text_checks_space_group_and_multiplicity(tmp_path):
     start = rec["text"].index("<sg")
     stated = rec["text"][start:rec["text"].index(">", start) + 1]
     assert stated != "<sg1>"
-    wrong = dict(rec, text=rec["text"].replace(stated, "<sg1>", 1))  # the same sites, stated as P1
+    # grammar v2 expands every site with the stated group, so a text states a wrong group only when its
+    # sites have more symmetry than it says: one atom in a cubic cell, stated as P1 (spglib finds Pm-3m)
+    wrong = dict(rec, text="<CrystalS><sg1>5.640 5.640 5.640 90.00 90.00 90.00 Na<wa> 0.0000 0.0000 0.0000<CrystalE>")
     corpus.write_text("\n".join(lines + [json.dumps(wrong)]) + "\n")
     assert _cli("--task", "crystal", "--predictions", corpus, "--references", PEROV, "-o", tmp_path / "r") == 0
     m = json.loads((tmp_path / "r" / "metrics.json").read_text())["metrics"]
     assert m["n"] == 3 and m["structural_validity"] == 1.0
-    assert m["space_group_consistency"] == pytest.approx(2 / 3)  # the text relabelled P1 states a wrong group
+    assert m["space_group_consistency"] == pytest.approx(2 / 3)  # the P1 text states a wrong group
 
 
 # ---------------------------------------------------------------- pockets, proteins, MOFs

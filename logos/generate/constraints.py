@@ -64,13 +64,15 @@ _COMPILED: dict = {}
 
 
 def _lltokenizer(tokenizer, vocab_rows: int):
+    """llguidance's view of ``tokenizer`` (cached for the tokenizer object itself, not its ``id``: a freed
+    tokenizer's id is reused by the next one, which must not inherit its token table)."""
     import llguidance.hf
 
-    key = (id(tokenizer), vocab_rows)
-    if key not in _LLTOK:
-        _LLTOK.clear()
-        _LLTOK[key] = llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_rows)
-    return _LLTOK[key]
+    cached = _LLTOK.get("entry")
+    if cached is None or cached[0] is not tokenizer or cached[1] != vocab_rows:
+        _COMPILED.clear()  # compiled grammars belong to the old token table
+        _LLTOK["entry"] = (tokenizer, vocab_rows, llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_rows))
+    return _LLTOK["entry"][2]
 
 
 def task_grammar(start: str, extra_rules: str = "") -> str:
