@@ -212,10 +212,8 @@ def finetune(recipe: Recipe, resume: bool = False, progress: bool | None = None,
         raise ConfigError("not a finetune recipe: it has no finetune section (see finetune/*.yaml)")
     dist = distributed.init()
     recipe.train.init_from = str(_tokenizer_of(recipe))
-    if dist.is_main:
-        shards, n = prepare_data(recipe, echo)
+    shards, n = prepare_data(recipe, echo) if dist.is_main else (Path(recipe.train.out_dir) / "data" / "shards", 0)
     dist.barrier()
-    shards, n = Path(recipe.train.out_dir) / "data" / "shards", (n if dist.is_main else 0)
     recipe.train.data = str(shards)
     if recipe.finetune.parts:  # exact per-task proportions of training rows (records' domain = task)
         weights = {p["task"]: float(p.get("weight", 1.0)) for p in recipe.finetune.parts}
