@@ -10,7 +10,8 @@ which one was used, and ``dropped_atoms`` / ``unmodelled_atoms`` what was left o
    the template. The model may be a part of the template (a covalent ligand that lost a leaving
    group): the template's other atoms are listed as unmodelled.
 2. ``ccd``: the PDB Chemical Component Dictionary shipped inside ``biotite==1.6.0``
-   (``structure/info/components.bcif``), matched by atom name; charges also come from the CCD. A
+   (``structure/info/components.bcif``, read through the prebuilt index of
+   :mod:`logos.domains.ccd_index`), matched by atom name; charges also come from the CCD. A
    covalent, partly reacted ligand keeps the atoms its CCD entry knows: model atoms the entry
    does not name are dropped (``dropped_atoms``), entry atoms the model lacks are listed
    (``unmodelled_atoms``; leaving atoms are expected to be missing and are not listed). When
@@ -41,6 +42,7 @@ import numpy as np
 from rdkit import Chem
 from rdkit.Geometry import Point3D
 
+from logos.domains.ccd_index import component as _ccd_component
 from logos.records import RecordError
 
 __all__ = ["Ligand", "ccd_mol", "ligand_from_mol", "templates"]
@@ -68,34 +70,6 @@ def _heavy(res: gemmi.Residue) -> tuple[list[str], np.ndarray]:
             names.append(atom.name)
             xyz.append((atom.pos.x, atom.pos.y, atom.pos.z))
     return names, np.array(xyz, dtype=float).reshape(-1, 3)
-
-
-@functools.lru_cache(maxsize=None)
-def _ccd_component(name: str):
-    try:
-        import biotite.structure.info as info
-    except ImportError:  # pragma: no cover - biotite is a dependency
-        raise RecordError("ligand bond orders need biotite==1.6.0 (the CCD); it is not installed") from None
-    try:
-        return info.residue(name)
-    except (KeyError, ValueError):
-        return None
-
-
-@functools.lru_cache(maxsize=1)
-def _ccd_atom_table():
-    from biotite.structure.info.ccd import get_ccd
-
-    cat = get_ccd()["chem_comp_atom"]
-    return (cat["comp_id"].as_array(), cat["atom_id"].as_array(), cat["pdbx_leaving_atom_flag"].as_array())
-
-
-@functools.lru_cache(maxsize=None)
-def _leaving_atoms(name: str) -> frozenset[str]:
-    """Atoms the CCD flags as leaving (lost when the component bonds covalently): they may be absent."""
-    comp, atom, flag = _ccd_atom_table()
-    rows = np.nonzero(comp == name)[0]
-    return frozenset(str(atom[i]) for i in rows if str(flag[i]).upper() == "Y")
 
 
 # biotite.structure.BondType -> RDKit (Kekule form for the aromatic_* kinds). 0 (ANY) and
@@ -246,7 +220,7 @@ def ccd_mol(res: gemmi.Residue, template: Chem.Mol | None = None,
             return _perceived(res, names, xyz, elements, label)
         raise RecordError(f"ligand {res.name}: not in the chemical component dictionary; give its bond orders "
                           f"with --ligand-smiles {res.name}=SMILES, or --perceive-bonds to guess them from geometry")
-    ccd_index = {str(n): i for i, n in enumerate(comp.atom_name) if comp.element[i] not in ("H", "D")}
+    ccd_index = {n: i for i, n in enumerate(comp.atom_names)}  # heavy atoms only
     known = [k for k, n in enumerate(names) if n in ccd_index]
     if len(known) * 2 < len(names):  # old or renamed atom names: match the CCD entry as a graph
         meta = {"bond_orders": "ccd-graph"}
@@ -258,7 +232,7 @@ def ccd_mol(res: gemmi.Residue, template: Chem.Mol | None = None,
             raise
     meta = {"bond_orders": "ccd"}
     dropped = [n for n in names if n not in ccd_index]
-    unmodelled = sorted(set(ccd_index) - set(names) - _leaving_atoms(res.name))
+    unmodelled = sorted(set(ccd_index) - set(names) - comp.leaving)
     if dropped:
         meta["dropped_atoms"] = dropped
     if unmodelled:
@@ -270,15 +244,14 @@ def ccd_mol(res: gemmi.Residue, template: Chem.Mol | None = None,
     local = {}
     for k, n in enumerate(names):
         i = ccd_index[n]
-        atom = Chem.Atom(str(comp.element[i]).capitalize())
-        atom.SetFormalCharge(int(comp.charge[i]))
+        atom = Chem.Atom(comp.elements[i].capitalize())
+        atom.SetFormalCharge(comp.charges[i])
         local[i] = rw.AddAtom(atom)
         conf.SetAtomPosition(local[i], Point3D(*map(float, xyz[k])))
-    for i, j, kind in comp.bonds.as_array():
-        i, j, kind = int(i), int(j), int(kind)
+    for i, j, kind in comp.bonds:
         if i in local and j in local:
             if kind not in _BOND_TYPES:
-                raise RecordError(f"ligand {res.name}: CCD bond {comp.atom_name[i]}-{comp.atom_name[j]} "
+                raise RecordError(f"ligand {res.name}: CCD bond {comp.atom_names[i]}-{comp.atom_names[j]} "
                                   f"has no usable bond order (type {kind})")
             rw.AddBond(local[i], local[j], _BOND_TYPES[kind])
             if kind == _AROMATIC:
@@ -304,17 +277,16 @@ def _component_mol(name: str) -> Chem.Mol:
     comp = _ccd_component(name)
     rw = Chem.RWMol()
     local = {}
-    for i, e in enumerate(comp.element):
-        if e not in ("H", "D"):
-            atom = Chem.Atom(str(e).capitalize())
-            atom.SetFormalCharge(int(comp.charge[i]))
-            local[i] = rw.AddAtom(atom)
-    for i, j, kind in comp.bonds.as_array():
-        if int(i) in local and int(j) in local and int(kind) in _BOND_TYPES:
-            rw.AddBond(local[int(i)], local[int(j)], _BOND_TYPES[int(kind)])
-            if int(kind) == _AROMATIC:
+    for i, e in enumerate(comp.elements):
+        atom = Chem.Atom(e.capitalize())
+        atom.SetFormalCharge(comp.charges[i])
+        local[i] = rw.AddAtom(atom)
+    for i, j, kind in comp.bonds:
+        if kind in _BOND_TYPES:
+            rw.AddBond(local[i], local[j], _BOND_TYPES[kind])
+            if kind == _AROMATIC:
                 for x in (i, j):
-                    rw.GetAtomWithIdx(local[int(x)]).SetIsAromatic(True)
+                    rw.GetAtomWithIdx(local[x]).SetIsAromatic(True)
     _dative_metal_bonds(rw)
     mol = rw.GetMol()
     Chem.SanitizeMol(mol)

@@ -155,7 +155,9 @@ def chains_text(chains, opts: ProteinOptions, pockets: dict | None = None, atoms
                                       f"<c+K> tokens stop at {MAX_OFFSET}")
                 after.setdefault(i, []).append(j - i)
         parts = [tag[0]]
-        for i, res in enumerate(chain.residues):
+        if not after and not any(key[0] == c for key in pockets):  # plain chain: its sequence
+            parts.append(chain.sequence)
+        for i, res in enumerate(chain.residues) if len(parts) == 1 else ():
             if (c, i) in pockets:
                 marks = "".join(f"<a{k}>" for k in pockets[(c, i)]) if atoms else ""
                 parts.append(f"<PocketS>{res.letter}{marks}<PocketE>")
