@@ -33,6 +33,8 @@ __all__ = ["canonical_sites", "normalizer", "polar_axes", "METRIC_TOLERANCE"]
 _SIGNED_PERMUTATIONS = [np.array([[s[i] if perm[i] == j else 0 for j in range(3)] for i in range(3)])
                         for perm in itertools.permutations(range(3)) for s in itertools.product((1, -1), repeat=3)]
 
+_PERMUTATION_STACK = np.array(_SIGNED_PERMUTATIONS)
+
 
 @functools.lru_cache(maxsize=None)
 def polar_axes(sg: int) -> tuple[int, ...]:
@@ -105,8 +107,8 @@ def normalizer(sg: int, metric: np.ndarray) -> list[tuple[np.ndarray, np.ndarray
     """(P, t) pairs mapping the group onto itself and keeping the metric ``metric``, one per coset of
     the group (two that differ by an operation of the group give the same description); identity first."""
     scale = np.abs(metric).max()
-    allowed = tuple(pi for pi, P in enumerate(_SIGNED_PERMUTATIONS)
-                    if np.abs(P.T @ metric @ P - metric).max() <= METRIC_TOLERANCE * scale)
+    moved = np.einsum("pji,jk,pkl->pil", _PERMUTATION_STACK, metric, _PERMUTATION_STACK)  # P^T G P for every P
+    allowed = tuple(np.nonzero(np.abs(moved - metric).max(axis=(1, 2)) <= METRIC_TOLERANCE * scale)[0].tolist())
     return _cosets(sg, allowed)
 
 
@@ -129,24 +131,45 @@ def _cosets(sg: int, allowed: tuple[int, ...]) -> list[tuple[np.ndarray, np.ndar
     return out
 
 
-def _describe(sg: int, pos: np.ndarray, orbits: list[list[int]], digits: int):
-    """(letter index, rounded free coordinates) of each orbit, or None when an orbit fits no position."""
-    out = []
+def _describe_all(sg: int, pos: np.ndarray, orbits: list[list[int]], digits: int) -> list:
+    """For each candidate description (``pos``: (C, atoms, 3) fractional coordinates), the (letter
+    index, rounded free coordinates) of each orbit, or None when an orbit fits no position.
+
+    Per orbit: the first Wyckoff position of its multiplicity that holds one of its atoms, and the
+    lexicographically smallest rounded free coordinates among the atoms it holds. All candidates go
+    through numpy at once (one call per orbit and position, not per candidate).
+    """
+    n_cand = len(pos)
+    per_orbit = []
     for members in orbits:
-        found = None
+        pts = pos[:, members, :]  # (C, m, 3)
+        m = len(members)
+        letter = np.full(n_cand, -1)
+        free_rows = [None] * n_cand
         for k, wp in enumerate(positions(sg)):
-            if wp.multiplicity != len(members):
+            if wp.multiplicity != m:
                 continue
-            values, ok = wp.free_values_many(pos[members])
-            if ok.any():
-                r = np.round(values[ok], digits)
-                r[r >= 1.0] = 0.0
-                found = (k, min(tuple(float(x) + 0.0 for x in row) for row in r))
+            todo = np.nonzero(letter < 0)[0]
+            if not len(todo):
                 break
-        if found is None:
-            return None
-        out.append(found)
-    return out
+            values, ok = wp.free_values_many(pts[todo].reshape(-1, 3))
+            ok = ok.reshape(len(todo), m)
+            r = np.round(values, digits).reshape(len(todo), m, -1)
+            r[r >= 1.0] = 0.0
+            r = r + 0.0  # -0.0 -> 0.0
+            hit = ok.any(axis=1)
+            # lexicographic minimum over the atoms on the position, column by column
+            mask = ok.copy()
+            for j in range(r.shape[2]):
+                col = np.where(mask, r[:, :, j], np.inf)
+                mask &= col == col.min(axis=1, keepdims=True)
+            chosen = r[np.arange(len(todo)), mask.argmax(axis=1)].tolist()
+            for c in np.nonzero(hit)[0].tolist():
+                letter[todo[c]] = k
+                free_rows[todo[c]] = tuple(chosen[c])
+        per_orbit.append((letter, free_rows))
+    return [None if any(letter[c] < 0 for letter, _ in per_orbit)
+            else [(int(letter[c]), rows[c]) for letter, rows in per_orbit] for c in range(n_cand)]
 
 
 def canonical_sites(sg: int, lattice: np.ndarray, std_pos: np.ndarray, orbits: list[list[int]],
@@ -166,19 +189,21 @@ def canonical_sites(sg: int, lattice: np.ndarray, std_pos: np.ndarray, orbits: l
             counts[sp] = counts.get(sp, 0) + len(members)
         rare = min(counts, key=lambda sp: (counts[sp], sp))
         anchors = [i for members, sp in zip(orbits, species) if sp == rare for i in members]
-    best, best_key = None, None
+    candidates = []  # in the order (normalizer operation, anchor): ties keep the first
     for P, t in normalizer(sg, metric):
         moved = (std_pos @ P.T + t) % 1.0
         for a in anchors:
             pos = moved.copy()
             if a is not None:
                 pos[:, polar] -= moved[a, polar]
-            desc = _describe(sg, pos % 1.0, orbits, digits)
-            if desc is None:
-                continue
-            key = sorted((k, sp, free) for (k, free), sp in zip(desc, species))
-            if best_key is None or key < best_key:
-                best, best_key = desc, key
+            candidates.append(pos % 1.0)
+    best, best_key = None, None
+    for desc in _describe_all(sg, np.array(candidates), orbits, digits):
+        if desc is None:
+            continue
+        key = sorted((k, sp, free) for (k, free), sp in zip(desc, species))
+        if best_key is None or key < best_key:
+            best, best_key = desc, key
     if best is None:
         return [None] * len(orbits)
     return [(LETTERS[k], free) for k, free in best]
