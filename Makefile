@@ -25,8 +25,11 @@ fuzz: $(VENV_OK)
 demo: $(VENV_OK)
 	bash scripts/demo.sh
 
+# Throughput benchmarks (tokenize per domain against its bare library, DeepSpeed against plain torch, the
+# shard reader, constrained generation): ~10 min on 2 cores; rewrites their tables in BENCHMARKS.md.
+# Run it on an otherwise idle machine.
 bench: $(VENV_OK)
-	$(PY) benchmarks/tokenize_bench.py
+	$(PY) benchmarks/bench.py
 
 # The GPU check's carry (issue 15): cp312 wheels for what the GPU machine lacks and small token shards;
 # the repository itself travels (PYTHONPATH), so the project needs no wheel. Training parts (train, zero3)

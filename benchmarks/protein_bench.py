@@ -5,10 +5,12 @@ as plain chains, then with residue contacts and 3Di; the 4 posebusters complexes
 crystal ligand SDF (``--ligand auto``); and the 7ZTL test fixture copied ``--copies`` times, whose
 hetero ligands take their bond orders from the CCD (biotite's components.bcif, loaded once per
 process). The bare side is ``gemmi.read_structure`` plus a residue count per file, in-process;
-``logos tokenize`` is the real CLI (process start ~0.8 s, imports, CCD load ~3 s when hetero
-ligands are read, JSONL, error log included); the last column runs the same pipeline in this
-process (``tokenize_files``, one worker), where the CCD stays loaded after the first repeat.
-Each number is the best of ``--repeats`` alternating runs.
+``logos tokenize`` is the real CLI (process start and imports ~1 s, an isolated worker process,
+JSONL, error log included); "encoders in-process" runs the same pipeline in this process
+(``tokenize_files`` with ``workers=0``: the encoders and the JSON lines, no process start, no
+isolation). The CCD comes from its prebuilt index (:mod:`logos.domains.ccd_index`, built once per
+machine). ``--repeats`` rounds alternate the order of the three sides; medians and the spread of
+the per-round time ratios are printed. Target (issue 13): plain chains in-process <= 2x bare.
 
     PYTHONPATH=. .venv/bin/python benchmarks/protein_bench.py [--repeats 2] [--workers 1] [--copies 20]
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import shutil
 import subprocess
 import sys
@@ -60,7 +63,7 @@ def logos_inprocess(paths: list[Path], out: Path, *flags: str) -> float:
     args = build_parser().parse_args(["tokenize", *map(str, paths), "-o", str(out), *flags])
     options = encoder_options(vars(args), strict=False)
     start = time.perf_counter()
-    tokenize_files(paths, out, options, domain=args.domain, workers=1, progress=False, echo=lambda line: None)
+    tokenize_files(paths, out, options, domain=args.domain, workers=0, progress=False, echo=lambda line: None)
     return time.perf_counter() - start
 
 
@@ -92,24 +95,31 @@ def main() -> None:
             ("posebusters complexes, ligand SDF (`--ligand auto`)", pb, ("--ligand", "auto")),
             (f"7ZTL x{args.copies}, hetero ligands with CCD bond orders", copies, ()),
         ]
-        print(f"# {os.cpu_count()} CPUs; Python {platform.python_version()}; gemmi {gemmi.__version__}; "
-              f"workers {args.workers}; best of {args.repeats}")
-        print("| set | structures | residues | bare gemmi read (structures/s, residues/s) "
-              "| logos tokenize CLI (structures/s, residues/s) | CLI / bare time "
-              "| encoders in-process (structures/s, residues/s) |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
+        print(f"{os.cpu_count()} CPUs; Python {platform.python_version()}; gemmi {gemmi.__version__}; CLI workers "
+              f"{args.workers}; {args.repeats} alternating rounds: median rates, median per-round time ratio (min-max)")
+        print("| set | structures | residues | bare gemmi read (structures/s) | encoders in-process (structures/s) "
+              "| in-process / bare time | logos tokenize CLI (structures/s) | CLI / bare time |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
         for label, paths, flags in rows:
             n_res = protein_residues(paths)
-            t_bare = t_logos = t_inproc = float("inf")
-            for _ in range(args.repeats):
-                t_bare = min(t_bare, bare(paths)[0])
-                t_logos = min(t_logos, logos_cli(paths, tmp / "out.jsonl", args.workers, *flags))
-                t_inproc = min(t_inproc, logos_inprocess(paths, tmp / "in.jsonl", *flags))
+            times: dict[str, list[float]] = {"bare": [], "inproc": [], "cli": []}
+            for r in range(args.repeats):
+                for side in (("bare", "inproc", "cli") if r % 2 == 0 else ("cli", "inproc", "bare")):
+                    if side == "bare":
+                        times[side].append(bare(paths)[0])
+                    elif side == "inproc":
+                        times[side].append(logos_inprocess(paths, tmp / "in.jsonl", *flags))
+                    else:
+                        times[side].append(logos_cli(paths, tmp / "out.jsonl", args.workers, *flags))
             n = len(paths)
-            print(f"| {label} | {n} | {n_res:,} | {n / t_bare:,.1f}, {n_res / t_bare:,.0f} "
-                  f"| {n / t_logos:,.1f}, {n_res / t_logos:,.0f} | {t_logos / t_bare:.1f}x "
-                  f"| {n / t_inproc:,.1f}, {n_res / t_inproc:,.0f} |", flush=True)
+            rate = {k: n / statistics.median(v) for k, v in times.items()}
 
+            def ratio(side: str) -> str:
+                rs = [a / b for a, b in zip(times[side], times["bare"])]
+                return f"**{statistics.median(rs):.2f}x** ({min(rs):.2f}-{max(rs):.2f})"
+
+            print(f"| {label} | {n} | {n_res:,} | {rate['bare']:,.1f} | {rate['inproc']:,.1f} | {ratio('inproc')} "
+                  f"| {rate['cli']:,.1f} | {ratio('cli')} |", flush=True)
 
 if __name__ == "__main__":
     main()

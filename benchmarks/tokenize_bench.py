@@ -3,7 +3,8 @@
 Both sides read the same .smi file of N MOSES training molecules (seeded sample) and, with W
 workers, split the work over W processes. The bare loop is `MolToSmiles(MolFromSmiles(s))` per
 line; ``logos tokenize`` is the real CLI (process start, imports, JSONL and error log included).
-Each measurement is the best of ``--repeats`` alternating runs. Target: logos/bare <= 1.3.
+``--repeats`` rounds alternate which side goes first; the table gives median rates and the median
+per-round time ratio with its spread (min-max). Target: logos/bare <= 1.3.
 
     .venv/bin/python benchmarks/tokenize_bench.py [--n 100000] [--workers 1 2] [--repeats 2]
 """
@@ -14,6 +15,7 @@ import argparse
 import multiprocessing as mp
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -65,17 +67,22 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = data.fetch("moses-train", Path(tmp) / "moses.smi", limit=args.n, seed=0)
-        print(f"# {args.n:,} MOSES training molecules (seed 0); {os.cpu_count()} CPUs; "
-              f"Python {platform.python_version()}; best of {args.repeats}")
-        print("| workers | bare RDKit loop (mol/s) | logos tokenize (mol/s) | logos / bare time |")
+        print(f"{args.n:,} MOSES training molecules (seed 0); {os.cpu_count()} CPUs; "
+              f"Python {platform.python_version()}; {args.repeats} alternating rounds, medians, spread min-max")
+        print("| workers | bare RDKit loop (mol/s) | logos tokenize (mol/s) | logos / bare time (spread) |")
         print("|---:|---:|---:|---:|")
         for w in args.workers:
-            t_bare = t_logos = float("inf")
-            for _ in range(args.repeats):
-                t_bare = min(t_bare, bare(path, w))
-                t_logos = min(t_logos, logos_cli(path, w, Path(tmp) / "out.jsonl"))
-            print(f"| {w} | {args.n / t_bare:,.0f} | {args.n / t_logos:,.0f} | {t_logos / t_bare:.2f}x |", flush=True)
-
+            t_bare, t_logos = [], []
+            for r in range(args.repeats):
+                order = (0, 1) if r % 2 == 0 else (1, 0)
+                for side in order:
+                    if side == 0:
+                        t_bare.append(bare(path, w))
+                    else:
+                        t_logos.append(logos_cli(path, w, Path(tmp) / "out.jsonl"))
+            ratios = [b / a for a, b in zip(t_bare, t_logos)]
+            print(f"| {w} | {args.n / statistics.median(t_bare):,.0f} | {args.n / statistics.median(t_logos):,.0f} "
+                  f"| **{statistics.median(ratios):.2f}x** ({min(ratios):.2f}-{max(ratios):.2f}) |", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -198,7 +198,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                         max_new_tokens=args.max_new_tokens)
     options = GenerateOptions(task=args.task, n=args.n, batch_size=args.batch_size, sampling=sampling, seed=args.seed,
-                              constrained=not args.unconstrained, device=args.device, resamples=args.resamples,
+                              constrained=not args.unconstrained, device=_device(args.device), resamples=args.resamples,
                               writer=_writer_options(args))
     result = generate(resolve(args.checkpoint), Path(args.output), options,
                       inputs=Path(args.input) if args.input else None, progress=False if args.quiet else None)
@@ -245,13 +245,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _cuda() -> bool:
-    try:
-        import torch
+def _device(name: str) -> str:
+    """``--device auto``: cuda when available, else cpu (torch is imported only by the commands that use it)."""
+    if name != "auto":
+        return name
+    import torch
 
-        return torch.cuda.is_available()
-    except ImportError:  # pragma: no cover
-        return False
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _writer_options(args: argparse.Namespace):
@@ -403,7 +403,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resamples", type=int, default=4, help="retries of a sample that fails a check only the "
                                                              "finished sample allows (kekulization) or its budget")
-    p.add_argument("--device", default="cuda" if _cuda() else "cpu", help="cpu, cuda, cuda:1 (bf16 on GPU)")
+    p.add_argument("--device", default="auto", help="auto (cuda when available, else cpu), cpu, cuda, cuda:1 "
+                                                    "(bf16 on GPU)")
     p.add_argument("--unconstrained", action="store_true",
                    help="sample without the grammar and chemistry constraints (the task mask and budget stay)")
     p.add_argument("--3d", dest="three_d", action="store_true", help="SDF: embed a 3D conformer")

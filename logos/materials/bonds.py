@@ -17,7 +17,6 @@ from typing import Iterable
 
 import gemmi
 import numpy as np
-from scipy.spatial import cKDTree
 
 from logos.materials.crystal import MIN_DISTANCE, Crystal, periodic_images
 from logos.records import RecordError
@@ -31,6 +30,8 @@ __all__ = ["periodic_bonds", "components", "DEFAULT_BOND_TOLERANCE", "MIN_DISTAN
 
 def periodic_bonds(crystal: Crystal, tolerance: float) -> tuple[np.ndarray, list[tuple[int, int, tuple]]]:
     """Cartesian positions and bonds ``(i, j, image of j)`` (each pair once, i < j or self-image)."""
+    from scipy.spatial import cKDTree  # here, not at import: scipy.spatial costs ~0.5 s in every process
+
     matrix = crystal.matrix()
     frac = np.array([s.frac for s in crystal.sites]) % 1.0
     cart = frac @ matrix

@@ -20,7 +20,7 @@ import gemmi
 import numpy as np
 
 from logos.materials.crystal import Crystal, Site
-from logos.materials.wyckoff import crystal_system, full_lattice, lattice_free, position
+from logos.materials.wyckoff import crystal_system, full_lattice, position
 from logos.records import RecordError
 
 OPEN, CLOSE, OCC = "<CrystalS>", "<CrystalE>", "<Occ>"

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import gemmi
 import numpy as np
-from scipy.spatial import cKDTree
 
 from logos.materials.canonical import canonical_sites
 from logos.materials.crystal import MIN_DISTANCE, Crystal, lattice_parameters, periodic_images, position_groups
@@ -67,6 +66,8 @@ def _refuse_close_pairs(frac: np.ndarray, matrix: np.ndarray, species: list[dict
     """RecordError naming the first two positions of different elements closer than MIN_DISTANCE."""
     if len(frac) < 2:
         return
+    from scipy.spatial import cKDTree  # lazily: scipy.spatial costs ~0.5 s of start-up in every process
+
     cart = frac @ matrix
     shifts, images = periodic_images(cart, matrix, MIN_DISTANCE)
     n = len(frac)

@@ -38,7 +38,6 @@ from typing import Iterable
 
 import numpy as np
 import spglib
-from scipy.spatial import cKDTree
 
 from logos.chem import parse_smiles
 from logos.grammar import GrammarError, validate
@@ -105,6 +104,8 @@ def structural_validity(cell: Crystal, min_distance: float = MIN_DISTANCE,
     cart = positions @ matrix
     # every image within min_distance of the home cell: enough cells to cover the thinnest width
     _, images = periodic_images(cart, matrix, min_distance)
+    from scipy.spatial import cKDTree  # lazily: scipy.spatial costs ~0.5 s of start-up in every process
+
     dist, _ = cKDTree(images).query(cart, k=2)  # nearest is the atom itself
     shortest = float(dist[:, 1].min()) if len(images) > 1 else float("inf")
     if shortest < min_distance:
