@@ -160,7 +160,10 @@ def _read_gemmi(path: Path) -> tuple[gemmi.Structure, bool]:
         raise RecordError("no atoms in the structure (empty or truncated file)")
     if name.endswith((".pdb", ".ent")):
         # A PDB file that stops mid-record: the last line is an unterminated ATOM/HETATM record.
-        last = text.rstrip("\n").rsplit("\n", 1)[-1]
+        end = len(text)
+        while end and text[end - 1] == "\n":
+            end -= 1
+        last = text[text.rfind("\n", 0, end) + 1:end]  # without copying the file's text
         if last.startswith(("ATOM", "HETATM")) and len(last.rstrip()) < 54:
             raise RecordError(f"truncated PDB file: last line is an incomplete atom record ({last[:30]!r})")
     return st, has_altloc
