@@ -185,7 +185,8 @@ def _formula(text: str) -> dict[str, float]:
 
 def _crystal_prompts(inputs: Path | None, n: int, errors) -> list[tuple[Prompt, int]]:
     """Unconditional crystals, or one prompt per input line ``FORMULA [SPACE_GROUP] [ID]`` (the conventional
-    cell's formula, e.g. ``Na4Cl4 225``, written canonically as ``Cl4Na4``): crystal structure prediction."""
+    cell's formula, e.g. ``Na4Cl4 225``, written canonically as ``Cl4Na4``): crystal structure prediction.
+    ``-`` in place of the space group leaves it to the model and lets a numeric ID follow (``Cl4Na4 - 3961``)."""
     from logos.materials.parse import composition_text
     from logos.records import open_text
 
@@ -198,7 +199,7 @@ def _crystal_prompts(inputs: Path | None, n: int, errors) -> list[tuple[Prompt, 
             if not fields or fields[0].lower() in ("formula", "composition"):
                 continue
             sg = int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
-            rest = fields[2:] if sg is not None else fields[1:]
+            rest = fields[2:] if sg is not None or fields[1:2] == ["-"] else fields[1:]
             ident = rest[0] if rest else f"line{line_no}"
             try:
                 comp = composition_text(_formula(fields[0]))
