@@ -135,8 +135,8 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _XZ_MAGIC = b"\xfd7zXZ\x00"  # benchmark sets ship as .xz (USPTO-50k, CDVAE's CSVs)
 
 
-def open_text(path: Path) -> IO[str]:
-    """Open a text input, plain, gzip or xz (by content, not name); InputError if it is unusable."""
+def _open_checked(path: Path) -> tuple[IO[bytes], bytes]:
+    """The decompressed byte stream of a text input and its first 8 KiB; InputError if it is unusable."""
     path = Path(path)
     try:
         with open(path, "rb") as fh:
@@ -160,6 +160,12 @@ def open_text(path: Path) -> IO[str]:
     if b"\x00" in head:
         raw.close()
         raise InputError("binary file, not text")
+    return raw, head
+
+
+def open_text(path: Path) -> IO[str]:
+    """Open a text input, plain, gzip or xz (by content, not name); InputError if it is unusable."""
+    raw, head = _open_checked(path)
     encoding = "utf-8-sig"  # a byte-order mark is dropped, not read as part of the first field
     try:
         head.decode("utf-8")
@@ -167,6 +173,18 @@ def open_text(path: Path) -> IO[str]:
         if e.start < len(head) - 4:  # not just a multi-byte character cut at the 8 KiB boundary
             encoding = "latin-1"  # legacy 8-bit text (names with accents); SMILES are ASCII anyway
     return io.TextIOWrapper(raw, encoding=encoding, errors="replace", newline=None)
+
+
+def read_text_bytes(path: Path) -> bytes:
+    """The whole content of a text input as bytes (plain, gzip or xz), for byte-oriented parsers such as
+    gemmi: the checks of :func:`open_text` without decoding; InputError if it is unusable."""
+    raw, _ = _open_checked(path)
+    with raw:
+        try:
+            data = raw.read()
+        except (OSError, EOFError, lzma.LZMAError) as e:
+            raise InputError(f"corrupt compressed data: {e}") from None
+    return data[3:] if data.startswith(b"\xef\xbb\xbf") else data  # a byte-order mark is not content
 
 
 def read_header(path: Path) -> dict:
