@@ -93,3 +93,24 @@ def test_nmr_ensemble_says_which_model_was_read(tmp_path, run_cli):
     assert code == 0, err
     (rec,) = records(out)
     assert rec["meta"]["model"] == "1 of 3"
+
+
+def test_ccd_index_agrees_with_biotite_and_lists_leaving_atoms():
+    """The prebuilt CCD index (heavy atoms, charges, bonds, leaving flags) says what biotite's CCD says."""
+    import biotite.structure.info as info
+
+    from logos.domains.ccd_index import component
+
+    for code in ("HEM", "ADP", "NAG", "SF4", "GBS"):
+        ref = info.residue(code)
+        heavy = [i for i, e in enumerate(ref.element) if e not in ("H", "D")]
+        local = {i: k for k, i in enumerate(heavy)}
+        comp = component(code)
+        assert comp.atom_names == tuple(str(ref.atom_name[i]) for i in heavy)
+        assert comp.charges == tuple(int(ref.charge[i]) for i in heavy)
+        bonds = {(*sorted((local[int(i)], local[int(j)])), int(t)) for i, j, t in ref.bonds.as_array()
+                 if int(i) in local and int(j) in local}
+        assert {(*sorted((i, j)), t) for i, j, t in comp.bonds} == bonds
+    assert component("GBS").leaving == frozenset({"O1"})  # the acid oxygen the CCD flags as leaving
+    assert component("HEM").elements.count("FE") == 1
+    assert component("ZZZ9") is None
