@@ -2,7 +2,7 @@
 
 For every task (:mod:`logos.generate.tasks`) the run builds the prompts (``-n`` samples in all, or
 per input for conditional tasks), samples them in batches (:mod:`logos.generate.sampler`) under the
-grammar and the chemistry constraint, and writes
+grammar and the row constraint (chemistry of molecule spans; for crystals, the prompt's composition), and writes
 
 - the task's files through the domain writer the output suffix names (``.smi``/``.sdf``, ``.rsmi``,
   ``.fasta``, ``.pocket.csv``/``.pocket.json``, ``.cif``, ``.json``);
@@ -141,6 +141,7 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
              progress: bool | None = None) -> GenerateResult:
     """Sample the task's prompts and write the files (see the module docstring)."""
     from logos.domains import writer_for
+    from logos.generate.composition import CompositionRows
     from logos.generate.constraints import ChemistryRows, GrammarRows, TokenTable, task_grammar
 
     start = time.perf_counter()
@@ -183,6 +184,8 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
                                                          for p, _ in chunk], [x[1:] for x in ids], stop_id, model.device)
                 if task.chemistry:
                     chemistry = ChemistryRows(table, len(chunk), [p.text for p, _ in chunk])
+                elif task.name == "crystal":  # the sites must add up to the prompt's composition
+                    chemistry = CompositionRows(table, [p.text for p, _ in chunk])
             results = sample_batch(model, ids, pad_id, stop_id, banned, row_budget, generator, grammar, chemistry,
                                    stats)
             for (prompt, attempt), r in zip(chunk, results):
