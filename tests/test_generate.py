@@ -64,6 +64,30 @@ def test_token_table_bans_what_a_task_never_writes():
     assert table.text[tok.convert_tokens_to_ids("C")] == "C"
 
 
+def test_crystal_sites_must_add_up_to_the_prompt_composition():
+    """Pm-3m (221): a, b hold 1 atom, c, d 3, e 6. CaTiO3 as Ca<wa> Ti<wb> O<wc> closes; other counts never do."""
+    from transformers import AutoTokenizer
+
+    from logos.generate.composition import CompositionRows
+
+    tok = AutoTokenizer.from_pretrained(str(TOKENIZER))
+    table = TokenTable(tok, len(tok))
+    rows = CompositionRows(table, ["<CrystalS>Ca1O3Ti1", "<CrystalS>"])
+    head = "<CrystalS>Ca1O3Ti1<sg221>3.905"
+    assert rows.feasible(0, head + " Ca<wa> Ti<wb> O<wc>", final=True)
+    assert not rows.feasible(0, head + " Ca<wa> Ti<wb>", final=True)  # oxygens missing
+    assert not rows.feasible(0, head + " Ca<wa> O<we>", final=False)  # 6 oxygens > 3
+    assert not rows.feasible(0, head + " Ca<wa> Ca<wb>", final=False)  # a second calcium
+    assert not rows.feasible(0, head + " Ca<wa> N", final=False)  # no nitrogen in the composition
+    assert rows.feasible(0, head + " Ca<wa> O", final=False)  # oxygen (or osmium) may start
+    close = tok.convert_tokens_to_ids("<CrystalE>")
+    rows.texts[0] = head + " Ca<wa> Ti<wb> O<wc>"
+    assert rows.check(0, close)
+    rows.texts[0] = head + " Ca<wa>"
+    assert not rows.check(0, close)
+    assert rows.check(1, close)  # no composition header: not counted
+
+
 def test_smiles_state_accepts_real_molecules_and_refuses_broken_ones():
     with open(ASSETS / "molecules" / "pubchem_charged_stereo_120.smi") as fh:
         real = [line.split()[0] for line in fh if line.strip()]
