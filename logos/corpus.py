@@ -18,7 +18,16 @@ and mtime), the **source code** of the domain's encoder (its module and every ``
 imports, read with ``ast``), the grammar file and the versions of the parsing libraries. The split
 is redone when a part or the tokenizer's **contents** change (not its path).
 
-Train on the splits as built: ``logos pack corpus/train.jsonl --val corpus/validation.jsonl``.
+**Engines.** The pipeline is one set of stage functions (read, encode, deduplicate, split, write;
+below) run by an engine: :class:`LocalEngine` (default: ``logos tokenize``'s isolated process pool
+per source, one streaming pass for the split) or the Ray Data engine of :mod:`logos.corpus_ray`
+(``--engine ray``: Ray's local mode, or a cluster with ``--ray-address``). Both write the same
+records in the same order to each split file: deduplication keeps the first occurrence in one
+global order (sources in config order, files sorted, records in file order) and the split is a pure
+function of the record. A part records which engine wrote it; the other engine redoes it.
+
+Train on the splits as built: ``logos pack corpus/train.jsonl --val corpus/validation.jsonl``, or,
+for a corpus built with ``--engine ray``, ``logos pack corpus/ --parts --engine ray`` (shards in parts).
 """
 
 from __future__ import annotations

@@ -158,6 +158,7 @@ class RayEngine:
         if not ray.is_initialized():
             ray.init(address=self.address, num_cpus=None if self.address else self.cpus, include_dashboard=False,
                      logging_level=logging.ERROR, log_to_driver=False)
+        logging.getLogger("ray.data").setLevel(logging.ERROR)  # no per-dataset INFO lines among the corpus lines
         ctx = DataContext.get_current()
         ctx.execution_options.preserve_order = True
         ctx.enable_progress_bars = False
