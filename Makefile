@@ -9,7 +9,7 @@ $(VENV_OK): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev,decode]'
+	$(PY) -m pip install -q -e '.[dev,decode,ray]'
 	touch $(VENV_OK)
 
 venv: $(VENV_OK)

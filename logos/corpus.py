@@ -18,7 +18,16 @@ and mtime), the **source code** of the domain's encoder (its module and every ``
 imports, read with ``ast``), the grammar file and the versions of the parsing libraries. The split
 is redone when a part or the tokenizer's **contents** change (not its path).
 
-Train on the splits as built: ``logos pack corpus/train.jsonl --val corpus/validation.jsonl``.
+**Engines.** The pipeline is one set of stage functions (read, encode, deduplicate, split, write;
+below) run by an engine: :class:`LocalEngine` (default: ``logos tokenize``'s isolated process pool
+per source, one streaming pass for the split) or the Ray Data engine of :mod:`logos.corpus_ray`
+(``--engine ray``: Ray's local mode, or a cluster with ``--ray-address``). Both write the same
+records in the same order to each split file: deduplication keeps the first occurrence in one
+global order (sources in config order, files sorted, records in file order) and the split is a pure
+function of the record. A part records which engine wrote it; the other engine redoes it.
+
+Train on the splits as built: ``logos pack corpus/train.jsonl --val corpus/validation.jsonl``, or,
+for a corpus built with ``--engine ray``, ``logos pack corpus/ --parts --engine ray`` (shards in parts).
 """
 
 from __future__ import annotations
@@ -35,13 +44,15 @@ import time
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import Iterator
 
 import yaml
 
 from logos.records import InputError, errors_path_for, read_records, safe_name
 from logos.splits import group_key, split_of
 
-__all__ = ["Source", "CorpusConfig", "load_config", "build_corpus", "encoder_digest", "directory_digest"]
+__all__ = ["Source", "CorpusConfig", "load_config", "build_corpus", "encoder_digest", "directory_digest", "ENGINES",
+           "LocalEngine", "get_engine"]
 
 SPLITS = ("train", "validation", "test")
 
@@ -88,15 +99,26 @@ class CorpusConfig:
     tokenizer: str = "tokenizers/default"
     """Tokenizer used to count tokens in the stats table."""
     workers: int = 2
-    """Encoder processes per source."""
+    """Encoder processes per source (local engine; the Ray engine uses one isolated process per Ray CPU)."""
+    limits: dict = field(default_factory=dict)
+    """Per-record limits of ``logos tokenize`` (``timeout``, ``max_atoms``, ``max_mb``; :class:`logos.encode.Limits`)."""
 
     def __post_init__(self):
         self.sources = [s if isinstance(s, Source) else Source(**s) for s in self.sources]
+        self.record_limits()  # unknown or negative limits fail here
         names = [s.name for s in self.sources]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate source names in {names}")
         if not (0 <= self.validation < 1 and 0 <= self.test < 1 and self.validation + self.test < 1):
             raise ValueError("validation and test must be fractions that sum below 1")
+
+    def record_limits(self):
+        from logos.encode import Limits
+
+        known = {f.name for f in dataclasses.fields(Limits)}
+        if set(self.limits) - known:
+            raise ValueError(f"unknown limits {sorted(set(self.limits) - known)} (known: {sorted(known)})")
+        return Limits(**self.limits)
 
 
 def load_config(path: Path) -> CorpusConfig:
@@ -208,81 +230,213 @@ def _inputs(source: Source, seed: int) -> list[Path]:
     return sorted({Path(p) for pattern in source.files for p in (glob.glob(pattern, recursive=True) or [pattern])})
 
 
-def build_part(source: Source, config: CorpusConfig, out_dir: Path, echo=print) -> Path:
-    from logos.encode import tokenize_files
+# ---------------------------------------------------------------- the pipeline, shared by both engines
+#
+# read -> encode (isolated workers) -> deduplicate (exact text, first wins) -> split (seeded hash of the
+# group key) -> write JSONL. The local engine (below) runs it in this process and a process pool; the Ray
+# engine (:mod:`logos.corpus_ray`) runs the same stage functions as a Ray Data pipeline. Records keep one
+# global order: sources in config order, input files in sorted order, records in file order; "first"
+# in deduplication and the order of every split file follow it, on any engine.
 
-    parts = out_dir / "parts"
-    parts.mkdir(parents=True, exist_ok=True)
-    stem = safe_name(source.name)
-    part, marker = parts / f"{stem}.jsonl", parts / f"{stem}.done"
+ENGINES = ("local", "ray")
+CHUNK_COST = 4096   # Ray engine: work items per encode task (a heavy item -- a file, a CIF block -- costs HEAVY_COST)
+HEAVY_COST = 64
+
+
+@dataclass
+class SourcePlan:
+    """What one source's part depends on and where it goes (computed before any work)."""
+
+    source: Source
+    inputs: list[Path]
+    options: dict
+    domain: str | None
+    digest: str
+
+
+def plan_source(source: Source, config: CorpusConfig) -> SourcePlan:
     inputs = _inputs(source, config.seed)
     options, domain = _tokenize_options(source)
     # Inputs (size, mtime), the source's config and the encoder's code are in the digest: any change redoes the part.
     stamps = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) if p.exists() else (str(p), None, None)
               for p in inputs]
     digest = _digest({"source": dataclasses.asdict(source), "seed": config.seed, "inputs": stamps,
-                      "encoder": encoder_digest(domain)})
-    if part.exists() and marker.exists() and json.loads(marker.read_text()).get("digest") == digest:
-        echo(f"corpus: {source.name}: done earlier, skipped")
-        return part
-    marker.unlink(missing_ok=True)
-    tmp = parts / f"{stem}.part.jsonl"
-    result = tokenize_files(inputs, tmp, options, domain=domain, workers=config.workers)
-    tmp.replace(part)
-    errors = parts / f"{stem}.errors.jsonl"
-    errors.unlink(missing_ok=True)
-    if errors_path_for(tmp).exists():
-        errors_path_for(tmp).replace(errors)
-    marker.write_text(json.dumps({"digest": digest, "records": result.records, "rejected": result.errors,
-                                  "seconds": round(result.seconds, 1)}) + "\n")
-    echo(f"corpus: {source.name}: {result.records:,} records, {result.errors:,} rejected, "
-         f"{result.seconds:.0f} s" + (f" (rejections in {errors})" if result.errors else ""))
-    return part
+                      "limits": dataclasses.asdict(config.record_limits()), "encoder": encoder_digest(domain)})
+    return SourcePlan(source, inputs, options, domain, digest)
+
+
+def marker_path(out_dir: Path, source: Source) -> Path:
+    return Path(out_dir) / "parts" / f"{safe_name(source.name)}.done"
+
+
+def errors_path(out_dir: Path, source: Source) -> Path:
+    return Path(out_dir) / "parts" / f"{safe_name(source.name)}.errors.jsonl"
+
+
+def part_is_done(plan: SourcePlan, out_dir: Path, engine: str, part: Path) -> bool:
+    """The part exists and was written by this engine for exactly this plan."""
+    marker = marker_path(out_dir, plan.source)
+    if not (part.exists() and marker.exists()):
+        return False
+    done = json.loads(marker.read_text())
+    return done.get("digest") == plan.digest and done.get("engine", "local") == engine
+
+
+def write_marker(plan: SourcePlan, out_dir: Path, engine: str, records: int, rejected: int, seconds: float,
+                 echo) -> None:
+    marker_path(out_dir, plan.source).write_text(json.dumps(
+        {"digest": plan.digest, "engine": engine, "records": records, "rejected": rejected,
+         "seconds": round(seconds, 1)}) + "\n")
+    errors = errors_path(out_dir, plan.source)
+    echo(f"corpus: {plan.source.name}: {records:,} records, {rejected:,} rejected, {seconds:.0f} s"
+         + (f" (rejections in {errors})" if rejected else ""))
+
+
+def read_chunks(inputs: list[Path], domain: str | None, options: dict, limits,
+                chunk_cost: int = CHUNK_COST) -> Iterator[list]:
+    """Stage *read*: the work items of ``inputs`` in order, in chunks of about CHUNK_COST (a Ray task each)."""
+    from logos.encode import _is_heavy, _items
+
+    chunk: list = []
+    cost = 0
+    for pair in _items(inputs, domain, options, limits):
+        chunk.append(pair)
+        cost += HEAVY_COST if _is_heavy(pair) else 1
+        if cost >= chunk_cost:
+            yield chunk
+            chunk, cost = [], 0
+    if chunk:
+        yield chunk
+
+
+def encode_chunk(pairs: list, options: dict, limits) -> tuple[list[str], list[tuple[str, str]]]:
+    """Stage *encode*: (JSON lines in input order, (source, reason) of rejected records) for a chunk of work items.
+
+    The encoders run in one isolated worker process (:func:`logos.isolate.imap_isolated`): a record
+    that crashes the parsing library or runs past ``limits.timeout`` is one rejection, never the task.
+    """
+    from logos.encode import BATCH, _encode_one, _init_worker, _is_heavy
+    from logos.isolate import Failure, imap_isolated
+
+    lines: list[str] = []
+    bad: list[tuple[str, str]] = []
+    results = imap_isolated(pairs, _encode_one, workers=1, timeout=limits.timeout, batch=BATCH, heavy=_is_heavy,
+                            init=_init_worker, initargs=(options,))
+    try:
+        for (_, item), result in results:
+            if isinstance(result, Failure):
+                result = (item.source, [], [(item.source, result.reason)])
+            lines += result[1]
+            bad += result[2]
+    finally:
+        results.close()
+    return lines, bad
+
+
+def dedup_key(text: str) -> str:
+    """Stage *deduplicate*: exact duplicates share this key (a 96-bit hash of the text); the first in order wins."""
+    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
+def split_for(rec: dict, config: CorpusConfig) -> str:
+    """Stage *split*: a seeded hash of the record's group key (:mod:`logos.splits`)."""
+    return split_of(group_key(rec), config.seed, config.validation, config.test)
+
+
+def record_line(rec: dict) -> str:
+    """Stage *write*: one line of a split file."""
+    return json.dumps(rec, ensure_ascii=False) + "\n"
 
 
 def _tokenizer_dir(name: str) -> Path:
     return Path(name)
 
 
-def split_parts(parts: list[Path], config: CorpusConfig, out_dir: Path, echo=print) -> dict:
+@functools.lru_cache(maxsize=4)
+def stats_tokenizer(path: str, contents: str):
+    """The tokenizer that counts tokens in the stats, cached per path and contents (``directory_digest``)."""
     from logos.tokenizer import load_tokenizer
 
-    tokenizer = load_tokenizer(_tokenizer_dir(config.tokenizer))
-    seen: set[bytes] = set()
-    stats: dict[str, dict[str, dict[str, int]]] = {}
-    duplicates = 0
-    tmp_paths = {s: out_dir / f"{s}.jsonl.part" for s in SPLITS}
-    handles = {s: open(p, "w", encoding="utf-8") for s, p in tmp_paths.items()}
-    batch: list[tuple[str, dict]] = []
+    return load_tokenizer(_tokenizer_dir(path))
 
-    def flush():
-        lengths = [len(ids) for ids in tokenizer([r["text"] for _, r in batch], add_special_tokens=False)["input_ids"]]
-        for (split, rec), n_tokens in zip(batch, lengths):
-            handles[split].write(json.dumps(rec, ensure_ascii=False) + "\n")
-            row = stats.setdefault(rec.get("domain", "unknown"), {})
-            cell = row.setdefault(split, {"records": 0, "tokens": 0})
-            cell["records"] += 1
-            cell["tokens"] += n_tokens
-        batch.clear()
 
-    try:
-        for part in parts:
-            for rec in read_records(part):
-                h = hashlib.blake2b(rec["text"].encode(), digest_size=12).digest()
-                if h in seen:
-                    duplicates += 1
-                    continue
-                seen.add(h)
-                batch.append((split_of(group_key(rec), config.seed, config.validation, config.test), rec))
-                if len(batch) >= 2048:
-                    flush()
-        flush()
-    finally:
-        for fh in handles.values():
-            fh.close()
-    for split, tmp in tmp_paths.items():
-        tmp.replace(out_dir / f"{split}.jsonl")
-    return {"domains": stats, "duplicates_dropped": duplicates}
+def token_counts(tokenizer, texts: list[str]) -> list[int]:
+    return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]] if texts else []
+
+
+def add_stats(stats: dict, domain: str, split: str, records: int, tokens: int) -> None:
+    """Accumulate records and tokens per domain and split (insertion order = order of first appearance)."""
+    cell = stats.setdefault(domain, {}).setdefault(split, {"records": 0, "tokens": 0})
+    cell["records"] += records
+    cell["tokens"] += tokens
+
+
+def merge_stats(into: dict, other: dict) -> None:
+    for domain, row in other.items():
+        for split, cell in row.items():
+            add_stats(into, domain, split, cell["records"], cell["tokens"])
+
+
+# ---------------------------------------------------------------- the local engine
+class LocalEngine:
+    """One machine: ``logos tokenize``'s process pool per source, then one streaming pass for the split."""
+
+    name = "local"
+
+    def part_path(self, out_dir: Path, source: Source) -> Path:
+        return Path(out_dir) / "parts" / f"{safe_name(source.name)}.jsonl"
+
+    def part_records(self, part: Path) -> Iterator[dict]:
+        yield from read_records(part)
+
+    def build_parts(self, plans: list[SourcePlan], config: CorpusConfig, out_dir: Path, echo) -> None:
+        from logos.encode import tokenize_files
+
+        for plan in plans:
+            part = self.part_path(out_dir, plan.source)
+            tmp = part.with_name(part.stem + ".part.jsonl")
+            result = tokenize_files(plan.inputs, tmp, plan.options, domain=plan.domain, workers=config.workers,
+                                    limits=config.record_limits())
+            tmp.replace(part)
+            errors = errors_path(out_dir, plan.source)
+            errors.unlink(missing_ok=True)
+            if errors_path_for(tmp).exists():
+                errors_path_for(tmp).replace(errors)
+            write_marker(plan, out_dir, self.name, result.records, result.errors, result.seconds, echo)
+
+    def split(self, parts: list[Path], config: CorpusConfig, out_dir: Path, echo) -> dict:
+        tokenizer = stats_tokenizer(config.tokenizer, directory_digest(_tokenizer_dir(config.tokenizer)))
+        seen: set[str] = set()
+        stats: dict[str, dict[str, dict[str, int]]] = {}
+        duplicates = 0
+        tmp_paths = {s: out_dir / f"{s}.jsonl.part" for s in SPLITS}
+        handles = {s: open(p, "w", encoding="utf-8") for s, p in tmp_paths.items()}
+        batch: list[tuple[str, dict]] = []
+
+        def flush():
+            for (split, rec), n_tokens in zip(batch, token_counts(tokenizer, [r["text"] for _, r in batch])):
+                handles[split].write(record_line(rec))
+                add_stats(stats, rec.get("domain", "unknown"), split, 1, n_tokens)
+            batch.clear()
+
+        try:
+            for part in parts:
+                for rec in self.part_records(part):
+                    key = dedup_key(rec["text"])
+                    if key in seen:
+                        duplicates += 1
+                        continue
+                    seen.add(key)
+                    batch.append((split_for(rec, config), rec))
+                    if len(batch) >= 2048:
+                        flush()
+            flush()
+        finally:
+            for fh in handles.values():
+                fh.close()
+        for split, tmp in tmp_paths.items():
+            tmp.replace(out_dir / f"{split}.jsonl")
+        return {"domains": stats, "duplicates_dropped": duplicates}
 
 
 def stats_table(stats: dict) -> str:
@@ -302,13 +456,40 @@ def stats_table(stats: dict) -> str:
     return "\n".join(lines)
 
 
-def build_corpus(config: CorpusConfig, out_dir: Path, echo=None) -> dict:
+def get_engine(name: str, ray_address: str | None = None, cpus: int | None = None):
+    """The engine object for ``--engine NAME``; ``ray`` raises :class:`EngineUnavailable` when Ray is not installed."""
+    if name == "local":
+        return LocalEngine()
+    if name == "ray":
+        from logos.corpus_ray import RayEngine
+
+        return RayEngine(address=ray_address, cpus=cpus)
+    raise ValueError(f"unknown engine {name!r} (known: {', '.join(ENGINES)})")
+
+
+def build_corpus(config: CorpusConfig, out_dir: Path, echo=None, engine="local") -> dict:
+    """Build (or finish) the corpus in ``out_dir`` with ``engine`` (a name or an engine object).
+
+    Every engine writes the same records in the same order to each split file.
+    """
     echo = echo or (lambda line: print(line, file=sys.stderr))
+    engine = get_engine(engine) if isinstance(engine, str) else engine
     start = time.perf_counter()
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    parts = [build_part(source, config, out_dir, echo) for source in config.sources]
-    split_digest = _digest({"parts": [(p.name, (p.with_suffix(".done")).read_text()) for p in parts],
+    (out_dir / "parts").mkdir(parents=True, exist_ok=True)
+    plans = [plan_source(source, config) for source in config.sources]
+    parts = [engine.part_path(out_dir, plan.source) for plan in plans]
+    todo = []
+    for plan, part in zip(plans, parts):
+        if part_is_done(plan, out_dir, engine.name, part):
+            echo(f"corpus: {plan.source.name}: done earlier, skipped")
+        else:
+            marker_path(out_dir, plan.source).unlink(missing_ok=True)
+            todo.append(plan)
+    if todo:
+        engine.build_parts(todo, config, out_dir, echo)
+    markers = [marker_path(out_dir, plan.source) for plan in plans]
+    split_digest = _digest({"parts": [(m.name, m.read_text()) for m in markers], "engine": engine.name,
                             "seed": config.seed, "validation": config.validation, "test": config.test,
                             "tokenizer": directory_digest(_tokenizer_dir(config.tokenizer))})
     marker = out_dir / "split.done"
@@ -318,14 +499,15 @@ def build_corpus(config: CorpusConfig, out_dir: Path, echo=None) -> dict:
         stats = json.loads((out_dir / "stats.json").read_text())
     else:
         marker.unlink(missing_ok=True)
-        stats = split_parts(parts, config, out_dir, echo)
+        stats = engine.split(parts, config, out_dir, echo)
+        stats["engine"] = engine.name
         stats["seconds"] = round(time.perf_counter() - start, 1)
         (out_dir / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
         (out_dir / "stats.md").write_text(stats_table(stats) + "\n")
         marker.write_text(json.dumps({"digest": split_digest}) + "\n")
-    rejected = sum(json.loads(p.with_suffix(".done").read_text()).get("rejected", 0) for p in parts)
+    rejected = sum(json.loads(m.read_text()).get("rejected", 0) for m in markers)
     stats["rejected"] = rejected
     echo(stats_table(stats))
-    echo(f"corpus: {out_dir} ({time.perf_counter() - start:.0f} s)"
+    echo(f"corpus: {out_dir} ({time.perf_counter() - start:.0f} s, engine {engine.name})"
          + (f"; {rejected:,} input records rejected (see {out_dir / 'parts'}/*.errors.jsonl)" if rejected else ""))
     return stats

@@ -9,6 +9,10 @@ Choices:
   the group key (scaffold, reaction, source structure, or a record's own ``group``), so the
   ``--augment`` variants of a molecule and the forward and retro forms of a reaction land on one
   side, independent of file order, worker count and repacking.
+- **In parts** (:func:`pack_parts`, ``logos pack --parts``): every file of a split written in parts
+  (``logos corpus build --engine ray`` leaves ``splits/train/*.jsonl``) becomes its own shard
+  directory, packed by a Ray task each; an index ``meta.json`` lists them and the shard reader takes
+  them as one stream, so no machine ever reads the whole corpus.
 - A record with ``prompt`` and ``completion`` (finetuning pairs) is tokenized as the two parts and
   its loss-from offset set to the completion's first token; a record with ``text`` counts whole.
 """
@@ -27,7 +31,7 @@ from tqdm import tqdm
 from logos.records import ErrorLog, InputError, read_header, read_records
 from logos.splits import group_key, split_of
 
-__all__ = ["PackResult", "pack"]
+__all__ = ["PackResult", "pack", "pack_parts"]
 
 SPLITS = ("train", "val")
 ENCODE_BATCH = 4096  # records per tokenizer call (the fast tokenizer batches in Rust)
@@ -148,3 +152,59 @@ def pack(inputs: list[Path], tokenizer_dir: Path, out_dir: Path, val_fraction: f
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     return PackResult({s: len(writer.docs[s]) for s in SPLITS}, dict(writer.offset), errors.count,
                       time.perf_counter() - start)
+
+
+def _pack_one(task: dict) -> dict:
+    """One part: a shard directory of its own (train or validation records only)."""
+    fixed = task["split"] == "train"
+    result = pack([Path(task["input"])] if fixed else [], Path(task["tokenizer"]), Path(task["out"]),
+                  val_inputs=[] if fixed else [Path(task["input"])], progress=False)
+    return {"name": task["name"], "errors": result.errors}
+
+
+def pack_parts(train: list[Path], val: list[Path], tokenizer_dir: Path, out_dir: Path, engine: str = "local",
+               ray_address: str | None = None, cpus: int | None = None) -> PackResult:
+    """Token shards in parts: each input file (``corpus/splits/train/*.jsonl`` of ``logos corpus build
+    --engine ray``) packed on its own into ``out_dir/parts/NNNNNN/`` -- a Ray task each with
+    ``engine="ray"`` -- then an index ``meta.json`` that :class:`logos.shards.ShardReader` reads as
+    one corpus: the same rows as ``pack(train, val_inputs=val)`` of the concatenated files. Nothing
+    here reads all the tokens on one machine; the index is built from the parts' ``meta.json``."""
+    import shutil
+
+    start = time.perf_counter()
+    out_dir = Path(out_dir)
+    shutil.rmtree(out_dir / "parts", ignore_errors=True)
+    (out_dir / "parts").mkdir(parents=True)
+    (out_dir / "meta.json").unlink(missing_ok=True)
+    inputs = [(Path(p), "train") for p in train] + [(Path(p), "val") for p in val]
+    inputs = [(p, s) for p, s in inputs if not p.exists() or p.stat().st_size > 0]  # a split chunk may be empty
+    if not inputs:
+        raise InputError("no input files to pack")
+    tasks = [{"name": f"{i:06d}", "input": str(p), "split": s, "tokenizer": str(Path(tokenizer_dir).resolve()),
+              "out": str(out_dir / "parts" / f"{i:06d}")} for i, (p, s) in enumerate(inputs)]
+    if engine == "ray":
+        from logos.corpus_ray import map_tasks
+
+        done = map_tasks(_pack_one, tasks, address=ray_address, cpus=cpus)
+    elif engine == "local":
+        done = [_pack_one(t) for t in tasks]
+    else:
+        raise InputError(f"unknown engine {engine!r} (local or ray)")
+    metas = [json.loads((out_dir / "parts" / t["name"] / "meta.json").read_text()) for t in tasks]
+    first = metas[0]
+    domains: list[str] = []
+    for m in metas:
+        if (m["vocab_size"], m["dtype"], m["bos_id"], m["eos_id"]) != \
+                (first["vocab_size"], first["dtype"], first["bos_id"], first["eos_id"]):
+            raise InputError(f"part {m} was packed with another tokenizer")
+        domains += [d for d in m["domains"] if d not in domains]
+    total = {key: {s: sum(m[key][s] for m in metas) for s in SPLITS} for key in ("docs", "tokens", "loss_masked_docs")}
+    meta = {
+        "format": FORMAT, "tokenizer": first["tokenizer"], "vocab_size": first["vocab_size"], "dtype": first["dtype"],
+        "bos_id": first["bos_id"], "eos_id": first["eos_id"], "pad_id": first["pad_id"], "domains": domains,
+        "split": {"rule": "given: inputs are train, --val files are validation", "val": [str(p) for p in val]},
+        **total, "parts": [f"parts/{t['name']}" for t in tasks],
+        "inputs": [{"file": t["input"], "split": t["split"], "part": f"parts/{t['name']}"} for t in tasks],
+    }
+    (out_dir / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    return PackResult(total["docs"], total["tokens"], sum(d["errors"] for d in done), time.perf_counter() - start)

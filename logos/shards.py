@@ -7,6 +7,10 @@ Layout of a shard directory (little-endian, written by :mod:`logos.pack`)::
     train.docs.npy     int64 [n_docs, 3]: start offset in train.bin, domain index, loss-from offset
     val.bin, val.docs.npy   the same for the validation split
 
+or, written in parts (``logos pack --parts``, one task per part, no pass over the whole corpus on one
+machine): ``meta.json`` with a ``parts`` list naming sub-directories of the layout above; the
+reader takes them, in that order, as one stream (same rows as one shard of the concatenated inputs).
+
 The *loss-from offset* of a document is the offset (from its ``<s>``) of its first token that
 counts in the loss: 0 for pretraining text (every token, as before), ``1 + len(prompt)`` for a
 prompt/completion pair, so the loss covers exactly the completion and its ``</s>``. Finetuning is
@@ -52,6 +56,49 @@ def load_meta(shard_dir: Path) -> dict:
     return json.loads(path.read_text())
 
 
+class _Concat:
+    """Several memory-mapped token files read as one stream (``stream[idx]`` for an integer index array)."""
+
+    def __init__(self, arrays: list[np.ndarray], dtype):
+        self.arrays, self.dtype = arrays, np.dtype(dtype)
+        self.starts = np.cumsum([0] + [len(a) for a in arrays])  # [parts + 1]
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def __getitem__(self, idx: np.ndarray) -> np.ndarray:
+        idx = np.asarray(idx)
+        part = np.searchsorted(self.starts, idx, side="right") - 1
+        out = np.empty(idx.shape, dtype=self.dtype)
+        for k in np.unique(part):
+            where = part == k
+            out[where] = self.arrays[k][idx[where] - self.starts[k]]
+        return out
+
+
+def _parts_stream(shard_dir: Path, meta: dict, split: str) -> tuple[_Concat, np.ndarray]:
+    """The token stream and document index of ``split`` over every part, in part order.
+
+    Each part is a shard directory of its own (:func:`logos.pack.pack_parts`); its domain indexes
+    are mapped to the index's domain list and its document offsets moved by the tokens before it,
+    so the parts read exactly like one shard written from the concatenated inputs.
+    """
+    arrays, docs, offset = [], [], 0
+    for name in meta["parts"]:
+        part = load_meta(shard_dir / name)
+        n = part["tokens"][split]
+        if not n:
+            continue
+        arrays.append(np.memmap(shard_dir / name / f"{split}.bin", dtype=meta["dtype"], mode="r", shape=(n,)))
+        d = np.load(shard_dir / name / f"{split}.docs.npy", allow_pickle=False).copy()
+        remap = np.array([meta["domains"].index(x) for x in part["domains"]], dtype=np.int64)
+        d[:, 0] += offset
+        d[:, 1] = remap[d[:, 1]]
+        docs.append(d)
+        offset += n
+    return _Concat(arrays, meta["dtype"]), (np.concatenate(docs) if docs else np.zeros((0, 3), dtype=np.int64))
+
+
 class ShardReader:
     """Rows of ``seq_len + 1`` tokens from one split, in a seeded order per epoch; memory-mapped.
 
@@ -65,9 +112,12 @@ class ShardReader:
         self.seed = seed
         self.domains: list[str] = self.meta["domains"]
         n = self.meta["tokens"][split]
-        self.tokens = np.memmap(Path(shard_dir) / f"{split}.bin", dtype=self.meta["dtype"], mode="r", shape=(n,)) \
-            if n else np.zeros(0, dtype=self.meta["dtype"])
-        docs = np.load(Path(shard_dir) / f"{split}.docs.npy", allow_pickle=False)
+        if "parts" in self.meta:  # written in parts (logos pack --parts): one stream over all of them
+            self.tokens, docs = _parts_stream(Path(shard_dir), self.meta, split)
+        else:
+            self.tokens = np.memmap(Path(shard_dir) / f"{split}.bin", dtype=self.meta["dtype"], mode="r",
+                                    shape=(n,)) if n else np.zeros(0, dtype=self.meta["dtype"])
+            docs = np.load(Path(shard_dir) / f"{split}.docs.npy", allow_pickle=False)
         self.doc_starts, self.doc_domains = docs[:, 0], docs[:, 1]
         self.doc_loss_from = docs[:, 2] if docs.shape[1] > 2 else np.zeros(len(docs), dtype=np.int64)
         self.rows = max(0, (n - 1) // seq_len)  # row i covers tokens[i*L : i*L + L + 1]

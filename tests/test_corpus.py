@@ -165,3 +165,17 @@ def test_corpus_options_are_typed_and_the_library_never_imports_the_cli(tmp_path
     config.write_text("sources:\n  - name: r\n    files: [x.rsmi]\n    options: {retor: true}\n")
     with pytest.raises(ValueError, match="unknown encoder option.*retor"):
         load_config(config)
+
+
+def test_record_limits_are_checked_and_redo_the_parts(tmp_path):
+    src = tmp_path / "m.smi"
+    src.write_text("CCO\nCN\n")
+    with pytest.raises(ValueError, match="unknown limits"):
+        CorpusConfig(sources=[Source(name="mine", files=[str(src)])], limits={"max_atom": 5})
+    kw = dict(sources=[Source(name="mine", files=[str(src)])], validation=0.0, test=0.0,
+              tokenizer=str(REPO / "tokenizers" / "default"), workers=1)
+    build_corpus(CorpusConfig(**kw), tmp_path / "c", echo=lambda line: None)
+    lines = []
+    build_corpus(CorpusConfig(**kw, limits={"max_atoms": 2}), tmp_path / "c", echo=lines.append)
+    assert not any("mine: done earlier" in l for l in lines)  # other limits, other records: redone
+    assert json.loads((tmp_path / "c" / "parts" / "mine.done").read_text())["rejected"] == 1  # CCO: 3 atoms
