@@ -135,6 +135,14 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _XZ_MAGIC = b"\xfd7zXZ\x00"  # benchmark sets ship as .xz (USPTO-50k, CDVAE's CSVs)
 
 
+def plain_name(path: Path) -> str:
+    """The file name in lower case without a compression suffix (``x.csv.xz`` -> ``x.csv``): what format it holds."""
+    name = Path(path).name.lower()
+    for suffix in (".gz", ".xz"):
+        name = name.removesuffix(suffix)
+    return name
+
+
 def _open_checked(path: Path) -> tuple[IO[bytes], bytes]:
     """The decompressed byte stream of a text input and its first 8 KiB; InputError if it is unusable."""
     path = Path(path)

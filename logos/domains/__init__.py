@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 from logos.domains import crystal, mof, molecule, pocket, protein, reaction
 from logos.domains.base import Domain, DomainOptions, Writer, options_from_values
-from logos.records import InputError, open_text
+from logos.records import InputError, open_text, plain_name
 
 __all__ = ["DOMAINS", "Domain", "detect", "writer_for", "writer_suffixes", "default_options", "encoder_options"]
 
@@ -45,7 +45,7 @@ def detect(path: Path) -> Domain:
 
 def _holds_reactions(path: Path) -> bool:
     """True when a .smi/.txt/.csv file's first data values are reaction SMILES."""
-    name = path.name.lower().removesuffix(".gz")
+    name = plain_name(path)
     if name.endswith(molecule.SDF_SUFFIXES):
         return False
     try:

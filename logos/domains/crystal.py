@@ -32,7 +32,7 @@ from logos.materials.crystal import (CIF_SUFFIXES, JSON_SUFFIXES, POSCAR_NAMES, 
 from logos.materials.symmetry import DEFAULT_ANGLE_TOLERANCE, DEFAULT_SYMPREC
 from logos.materials.text import (ANGLE_DIGITS, DEFAULT_FRAC_DIGITS, LENGTH_DIGITS, OCC_DIGITS, decode_text,
                                   encode_crystal)
-from logos.records import InputError, WorkItem, open_text
+from logos.records import InputError, WorkItem, open_text, plain_name
 
 NAME = "crystal"
 
@@ -105,7 +105,7 @@ class CrystalDomain(Domain):
     help_title = "crystals (CIF, pymatgen JSON, POSCAR)"
 
     def claims(self, path: Path) -> bool:
-        name = path.name.lower().removesuffix(".gz")
+        name = plain_name(path)
         if name.endswith(CIF_SUFFIXES):
             head = _head(path)
             # binary or unreadable .cif files are claimed too, so the error names the real problem

@@ -23,7 +23,7 @@ from logos.chem import (CLOSE, OPEN, canonical_smiles, is_smiles, molecules_in_t
                         parse_smiles, span)
 from logos.domains import textfiles
 from logos.domains.base import Domain, DomainOptions, TextWriter, Writer, option
-from logos.records import RecordError, WorkItem, open_text
+from logos.records import RecordError, WorkItem, open_text, plain_name
 
 NAME = "molecule"
 LINE_SUFFIXES = (".smi", ".smiles", ".txt", ".csv", ".tsv")
@@ -181,10 +181,10 @@ class MoleculeDomain(Domain):
     help_title = "molecules"
 
     def claims(self, path: Path) -> bool:
-        return path.name.lower().removesuffix(".gz").endswith(LINE_SUFFIXES + SDF_SUFFIXES)
+        return plain_name(path).endswith(LINE_SUFFIXES + SDF_SUFFIXES)
 
     def read(self, path: Path, opts: MoleculeOptions) -> Iterator[WorkItem]:
-        name = path.name.lower().removesuffix(".gz")
+        name = plain_name(path)
         if name.endswith(SDF_SUFFIXES):
             yield from _read_sdf(path)
         elif textfiles.is_table(path):
@@ -194,7 +194,7 @@ class MoleculeDomain(Domain):
             yield from textfiles.iter_lines(path, header_names=SMILES_COLUMNS)
 
     def count(self, path: Path) -> int:
-        if path.name.lower().removesuffix(".gz").endswith(SDF_SUFFIXES):
+        if plain_name(path).endswith(SDF_SUFFIXES):
             with open_text(path) as fh:
                 return max(1, sum(1 for line in fh if line.startswith("$$$$")))
         return textfiles.count_records(path)

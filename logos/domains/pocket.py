@@ -50,7 +50,7 @@ from rdkit import Chem
 from logos.domains import ccd, protein, structure
 from logos.domains.base import CsvWriter, Domain, JsonArrayWriter, option
 from logos.chem import CLOSE as MOL_CLOSE, OPEN as MOL_OPEN, molecules_in_text, parse_molblock
-from logos.records import InputError, RecordError, WorkItem, open_text
+from logos.records import InputError, RecordError, WorkItem, open_text, plain_name
 
 NAME = "pocket"
 FORMS = ("complex", "ligand-first", "search", "trans")
@@ -96,7 +96,7 @@ def _paired_ligand(path: Path, stem: str) -> Path:
 
 
 def _ligand_blocks(path: Path) -> Iterator[str]:
-    mol2 = path.name.lower().removesuffix(".gz").endswith(".mol2")
+    mol2 = plain_name(path).endswith(".mol2")
     with open_text(path) as fh:
         text = fh.read()
     if mol2:
@@ -263,7 +263,7 @@ class PocketDomain(Domain):
     help_title = "binding pockets and protein-ligand complexes (PDB, mmCIF + ligand)"
 
     def claims(self, path: Path) -> bool:
-        name = path.name.lower().removesuffix(".gz")
+        name = plain_name(path)
         if name.endswith((".cif", ".mmcif")):
             return structure.is_mmcif_text(path)  # small-molecule crystal CIFs belong to another domain
         return name.endswith((".pdb", ".ent"))
@@ -274,7 +274,7 @@ class PocketDomain(Domain):
             yield WorkItem(str(path), {"structure": str(path)}, id=stem)
             return
         lig = Path(opts.ligand) if opts.ligand != "auto" else _paired_ligand(path, stem)
-        mol2 = lig.name.lower().removesuffix(".gz").endswith(".mol2")
+        mol2 = plain_name(lig).endswith(".mol2")
         for n, block in enumerate(_ligand_blocks(lig), 1):
             yield WorkItem(f"{path}:{lig.name}#{n}", {"structure": str(path), "block": block, "mol2": mol2,
                                                        "label": f"{lig.name}#{n}"}, id=f"{stem}_{lig.stem}_{n}")

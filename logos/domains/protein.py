@@ -38,7 +38,7 @@ from typing import Iterator
 
 from logos.domains.base import CsvWriter, Domain, DomainOptions, TextWriter, option
 from logos.grammar import split_symbols
-from logos.records import RecordError, WorkItem, open_text
+from logos.records import RecordError, WorkItem, open_text, plain_name
 
 NAME = "protein"
 FASTA_SUFFIXES = (".fasta", ".fa", ".faa", ".fas")
@@ -70,7 +70,7 @@ class ProteinOptions(DomainOptions):
 
 
 def _name(path: Path) -> str:
-    return path.name.lower().removesuffix(".gz")
+    return plain_name(path)
 
 
 def is_structure(path: Path) -> bool:

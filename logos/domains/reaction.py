@@ -22,7 +22,7 @@ from rdkit import Chem
 from logos.domains import molecule, textfiles
 from logos.domains.base import Domain, TextWriter, option
 from logos.grammar import split_symbols
-from logos.records import RecordError, WorkItem
+from logos.records import RecordError, WorkItem, plain_name
 
 NAME = "reaction"
 REACT, RETRO, REAGENT = "<React>", "<ReverseReact>", "<Reagent>"
@@ -150,7 +150,7 @@ class ReactionDomain(Domain):
     help_title = "molecules and reactions (SMILES, CSV, SDF, reaction SMILES)"
 
     def claims(self, path: Path) -> bool:
-        return path.name.lower().removesuffix(".gz").endswith(SUFFIXES)
+        return plain_name(path).endswith(SUFFIXES)
 
     def read(self, path: Path, opts: ReactionOptions) -> Iterator[WorkItem]:
         if textfiles.is_table(path):

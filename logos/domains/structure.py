@@ -35,7 +35,7 @@ from pathlib import Path
 import gemmi
 import numpy as np
 
-from logos.records import InputError, RecordError, open_text, read_text_bytes
+from logos.records import InputError, RecordError, open_text, plain_name, read_text_bytes
 
 __all__ = [
     "IGNORED", "MIN_LIGAND_ATOMS", "Residue", "Chain", "Structure",
@@ -145,7 +145,7 @@ def _read_gemmi(path: Path) -> tuple[gemmi.Structure, bool]:
     """The parsed structure and whether any atom has an alternate location."""
     # Bytes, not text: gemmi parses bytes, and decoding a whole structure file costs ~20% of gemmi's parse.
     data = read_text_bytes(path)  # InputError for binary / fake gzip, before gemmi sees it
-    name = path.name.lower().removesuffix(".gz")
+    name = plain_name(path)
     try:
         if name.endswith((".cif", ".mmcif")):
             block = gemmi.cif.read_string(data).sole_block()

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from logos.records import InputError, WorkItem, open_text
+from logos.records import InputError, WorkItem, open_text, plain_name
 
 __all__ = ["is_table", "iter_lines", "iter_table", "count_records"]
 
@@ -22,10 +22,7 @@ _TABLE_SUFFIXES = {".csv": ",", ".tsv": "\t"}
 
 
 def _suffix(path: Path) -> str:
-    suffixes = [s.lower() for s in path.suffixes]
-    if suffixes and suffixes[-1] == ".gz":
-        suffixes = suffixes[:-1]
-    return suffixes[-1] if suffixes else ""
+    return Path(plain_name(path)).suffix
 
 
 def is_table(path: Path) -> bool:

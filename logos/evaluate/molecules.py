@@ -44,7 +44,7 @@ from rdkit.Chem.QED import qed as _qed
 
 from logos.chem import canonical_smiles, molecules_in_text, parse_smiles
 from logos.evaluate import reference as ref
-from logos.records import InputError, RecordError, open_text
+from logos.records import InputError, RecordError, open_text, plain_name
 
 __all__ = ["MoleculeOptions", "MoleculeReference", "SCHEMA_VERSION", "DEFINITIONS", "evaluate", "canonical",
            "read_molecules", "load_reference", "load_train", "passes_filters", "sa_score", "properties",
@@ -99,7 +99,7 @@ def canonical(smiles: str | None) -> str | None:
 def read_molecules(path: Path) -> list[str | None]:
     """Raw SMILES per record of ``.smi``/``.txt``/``.csv``/``.sdf``/``.jsonl`` (None: an unreadable record)."""
     path = Path(path)
-    name = path.name.lower().removesuffix(".gz")
+    name = plain_name(path)
     if name.endswith((".sdf", ".mol")):
         out: list[str | None] = []
         with open(path, "rb") as fh:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from logos.records import InputError, RecordError
+from logos.records import InputError, RecordError, plain_name
 
 __all__ = ["PocketOptions", "Site", "SCHEMA_VERSION", "DEFINITIONS", "read_sites", "read_predictions",
            "residue_scores", "evaluate", "structure_files"]
@@ -85,7 +85,7 @@ def structure_files(spec: Path) -> list[Path]:
                 out.append(spec.parent / line.split()[0])
         return out
     if spec.is_dir():
-        return sorted(p for p in spec.iterdir() if p.name.lower().removesuffix(".gz").endswith((".pdb", ".ent", ".cif"))
+        return sorted(p for p in spec.iterdir() if plain_name(p).endswith((".pdb", ".ent", ".cif"))
                       and "_ligand" not in p.name)
     return [spec]
 

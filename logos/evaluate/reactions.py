@@ -35,7 +35,7 @@ from rdkit import Chem
 
 from logos.chem import molecules_in_text
 from logos.evaluate.reference import jsonl_records, open_any
-from logos.records import InputError, RecordError
+from logos.records import InputError, RecordError, plain_name
 
 __all__ = ["ReactionOptions", "Reaction", "SCHEMA_VERSION", "DEFINITIONS", "canonical_set", "read_reference",
            "read_predictions", "evaluate", "contamination"]
@@ -95,7 +95,7 @@ def read_reference(path: Path, limit: int | None = None) -> list[Reaction]:
     path = Path(path)
     out = []
     with open_any(path) as fh:
-        if path.name.lower().removesuffix(".xz").removesuffix(".gz").endswith(".csv"):
+        if plain_name(path).endswith(".csv"):
             rows = csv.reader(fh)
             header = next(rows, [])
             col = next((i for i, h in enumerate(header) if ">" in h or "rxn" in h.lower() or "reaction" in h.lower()), None)
@@ -127,7 +127,7 @@ def read_predictions(path: Path, task: str = "retro") -> dict[str, list[tuple[st
     """id -> ranked answers as (answer SMILES, input SMILES or None); see the module docstring for formats."""
     path = Path(path)
     ranked: dict[str, list[tuple[int, str | None, str | None]]] = defaultdict(list)
-    if path.name.lower().removesuffix(".gz").endswith(".jsonl"):
+    if plain_name(path).endswith(".jsonl"):
         for lineno, rec in jsonl_records(path):
             if "id" not in rec:
                 raise InputError(f"{path}:{lineno}: record has no 'id'")

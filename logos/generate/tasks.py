@@ -27,7 +27,7 @@ from pathlib import Path
 
 from logos.chem import canonical_smiles, parse_smiles, span
 from logos.grammar import special_tokens
-from logos.records import InputError, RecordError
+from logos.records import InputError, RecordError, plain_name
 
 __all__ = ["Task", "TASKS", "Prompt", "build_prompts"]
 
@@ -127,7 +127,7 @@ def _chains_of(path: Path) -> list[tuple[str, list[str], str]]:
     """(id, chain sequences, marked text or '') of a FASTA, a structure file or a JSONL of grammar records."""
     from logos.domains.protein import parse_chains
 
-    name = path.name.lower().removesuffix(".gz")
+    name = plain_name(path)
     if name.endswith(".jsonl"):
         from logos.records import read_records
 

@@ -23,7 +23,7 @@ from typing import Iterator
 import gemmi
 import numpy as np
 
-from logos.records import InputError, RecordError, WorkItem, open_text
+from logos.records import InputError, RecordError, WorkItem, open_text, plain_name
 
 CIF_SUFFIXES = (".cif",)
 JSON_SUFFIXES = (".json",)
@@ -147,7 +147,7 @@ def cif_blocks(path: Path) -> Iterator[tuple[str, str]]:
 
 def read_crystal_file(path: Path) -> Iterator[WorkItem]:
     """Work items of a crystal file: one per CIF ``data_`` block, per pymatgen structure, or the POSCAR."""
-    name = path.name.lower().removesuffix(".gz")
+    name = plain_name(path)
     if name.endswith(CIF_SUFFIXES):
         n = 0
         for n, (block, text) in enumerate(cif_blocks(path), 1):
@@ -163,7 +163,7 @@ def read_crystal_file(path: Path) -> Iterator[WorkItem]:
 
 
 def count_crystals(path: Path) -> int:
-    if path.name.lower().removesuffix(".gz").endswith(CIF_SUFFIXES):
+    if plain_name(path).endswith(CIF_SUFFIXES):
         with open_text(path) as fh:
             return max(1, sum(1 for line in fh if _DATA_LINE.match(line)))
     return 1
