@@ -39,7 +39,7 @@ import importlib
 import json
 import logging
 import os
-import pickle
+import pickle  # only for rows this driver builds and Ray carries in memory; never read from a file
 import shutil
 import time
 import uuid
