@@ -315,21 +315,17 @@ def encode_chunk(pairs: list, options: dict, limits) -> tuple[list[str], list[tu
     The encoders run in one isolated worker process (:func:`logos.isolate.imap_isolated`): a record
     that crashes the parsing library or runs past ``limits.timeout`` is one rejection, never the task.
     """
-    from logos.encode import BATCH, _encode_one, _init_worker, _is_heavy
-    from logos.isolate import Failure, imap_isolated
+    from logos.encode import encode_items
 
     lines: list[str] = []
     bad: list[tuple[str, str]] = []
-    results = imap_isolated(pairs, _encode_one, workers=1, timeout=limits.timeout, batch=BATCH, heavy=_is_heavy,
-                            init=_init_worker, initargs=(options,))
+    encoded = encode_items(pairs, options, limits, workers=1)
     try:
-        for (_, item), result in results:
-            if isinstance(result, Failure):
-                result = (item.source, [], [(item.source, result.reason)])
-            lines += result[1]
-            bad += result[2]
+        for _, good, rejected in encoded:
+            lines += good
+            bad += rejected
     finally:
-        results.close()
+        encoded.close()
     return lines, bad
 
 

@@ -39,7 +39,7 @@ from logos.grammar import GRAMMAR_VERSION
 from logos.isolate import Failure, imap_isolated
 from logos.records import HEADER_KEY, ErrorLog, InputError, RecordError, WorkItem, errors_path_for
 
-__all__ = ["Limits", "TokenizeResult", "tokenize_files", "oversize"]
+__all__ = ["Limits", "TokenizeResult", "tokenize_files", "encode_items", "oversize"]
 
 BATCH = 256  # light items per task sent to a worker: amortizes pickling and IPC, bounds what a crash re-runs
 
@@ -170,6 +170,21 @@ def _json_line(rec: dict) -> str:
     return json.dumps(rec, ensure_ascii=False) + "\n"
 
 
+def encode_items(pairs: Iterable[tuple[str | None, WorkItem]], options: dict, limits: Limits, workers: int = 1,
+                 before_wait=None) -> Iterator[tuple[WorkItem, list[str], list[tuple[str, str]]]]:
+    """(item, JSON lines of its good records, (source, reason) of its bad ones) per (domain, work item), in
+    input order; the encoders run in ``workers`` isolated processes (a crash or a timeout is one bad record)."""
+    results = imap_isolated(pairs, _encode_one, workers=workers, timeout=limits.timeout, batch=BATCH, heavy=_is_heavy,
+                            init=_init_worker, initargs=(options,), before_wait=before_wait)
+    try:
+        for (_, item), result in results:
+            if isinstance(result, Failure):
+                result = (item.source, [], [(item.source, result.reason)])
+            yield item, result[1], result[2]
+    finally:
+        results.close()
+
+
 def _estimate(paths: list[Path], domain: str | None) -> int | None:
     total = 0
     for path in paths:
@@ -215,14 +230,9 @@ def tokenize_files(
     with open(out, "w", encoding="utf-8") as fh:
         fh.write(json.dumps(header) + "\n")
         fh.flush()
-        results = imap_isolated(items, _encode_one, workers=workers, timeout=limits.timeout, batch=BATCH,
-                                heavy=_is_heavy,
-                                init=_init_worker, initargs=(options,), before_wait=fh.flush)
+        encoded = encode_items(items, options, limits, workers, before_wait=fh.flush)
         try:
-            for (_, item), result in results:
-                if isinstance(result, Failure):
-                    result = (item.source, [], [(item.source, result.reason)])
-                _, lines, bad = result
+            for _, lines, bad in encoded:
                 for where, reason in bad:
                     errors.add(where, reason)
                 fh.writelines(lines)
@@ -230,7 +240,7 @@ def tokenize_files(
                 n_inputs += 1
                 bar.update(1)
         finally:
-            results.close()
+            encoded.close()  # stops the workers now, also when the loop ends early
             bar.close()
             errors.close()
     return TokenizeResult(n_records, n_inputs, errors.count, time.perf_counter() - start)
