@@ -38,6 +38,7 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, help="JSON with the numbers")
+    ap.add_argument("--work", type=Path, help="keep prompts, samples and the evaluation report here (default: a temporary folder)")
     args = ap.parse_args()
 
     from logos.cli import main as cli
@@ -48,8 +49,9 @@ def main() -> int:
     with open_text(args.test) as fh:
         rows = list(csv.DictReader(fh))
     picked = random.Random(args.seed).sample(rows, min(args.items, len(rows)))
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = args.work or Path(scratch)
+        tmp.mkdir(parents=True, exist_ok=True)
         lines, kept = [], []
         for row in picked:
             prompt, _ = split_crystal_text(encode_crystal(read_cif_block(row["cif"]), composition=True), False)
