@@ -43,12 +43,15 @@ PARTS = {  # name: (title, command)
 }
 
 
+_NOISE = re.compile(r"\[\d{4}-\d\d-\d\d |DeepSpeed deepspeed\.ops")  # library log lines on stdout
+
+
 def _markdown(stdout: str) -> str:
     """Script output as markdown: table rows kept, other lines as list items (no accidental headings)."""
     out = []
     for line in stdout.splitlines():
         line = line.rstrip()
-        if not line:
+        if not line or _NOISE.match(line):
             continue
         if line.startswith("|"):
             if out and not out[-1].startswith("|"):
