@@ -31,7 +31,7 @@ PY = sys.executable
 
 PARTS = {  # name: (title, command)
     "molecules": ("Molecules: `logos tokenize` (isolated workers) against a bare RDKit loop",
-                  [PY, "benchmarks/tokenize_bench.py", "--n", "20000", "--workers", "1", "2", "--repeats", "3"]),
+                  [PY, "benchmarks/tokenize_bench.py", "--n", "100000", "--workers", "1", "2", "--repeats", "2"]),
     "proteins": ("Protein structures: encoders and the CLI against a bare gemmi read",
                  [PY, "benchmarks/protein_bench.py", "--repeats", "3"]),
     "crystals": ("Crystals: encoders against a bare gemmi read + spglib",
