@@ -76,13 +76,18 @@ def _is_heavy(pair: tuple[str | None, WorkItem]) -> bool:
     return not isinstance(p, str) or bool(extra.get("format") or extra.get("structure")) or len(p) > LONG_TEXT
 
 
-def oversize(item: WorkItem, limits: Limits) -> str | None:
-    """Why an item is too big for its library (a cheap look at the raw text), or None."""
+ATOM_COUNTED = ("molecule", "reaction")  # domains whose text records are SMILES / SDF (a protein sequence is not)
+
+
+def oversize(item: WorkItem, limits: Limits, domain: str | None = None) -> str | None:
+    """Why an item is too big for its library (a cheap look at the raw text), or None. ``--max-atoms``
+    applies to the SMILES, SDF and reaction records of ``ATOM_COUNTED`` domains (all text records when
+    ``domain`` is None)."""
     p = item.payload
     if p is None:
         return None
     if isinstance(p, str) and not item.extra.get("format") and not item.extra.get("structure"):
-        if limits.max_atoms and len(p) > limits.max_atoms:
+        if limits.max_atoms and len(p) > limits.max_atoms and (domain is None or domain in ATOM_COUNTED):
             if item.extra.get("sdf"):
                 counts = p.split("\n", 4)[3] if p.count("\n") >= 4 else ""
                 m = re.search(r"COUNTS\s+(\d+)", p[:4000]) if "V3000" in counts else None
@@ -120,7 +125,7 @@ def _items(paths: Iterable[Path], domain: str | None, options: dict,
         try:
             dom = DOMAINS[domain] if domain else detect(path)
             for item in dom.read(path, options[dom.name]):
-                reason = oversize(item, limits)
+                reason = oversize(item, limits, dom.name)
                 if reason:
                     item = WorkItem(item.source, None, item.id, extra={"error": reason})
                 yield dom.name, item

@@ -67,6 +67,20 @@ def test_without_size_limits_a_crash_or_stall_costs_one_record(tmp_path, workers
     assert header["limits"] == {"timeout": 3.0, "max_atoms": 0, "max_mb": 200.0}
 
 
+def test_max_atoms_does_not_count_the_letters_of_a_protein_sequence(tmp_path):
+    """--max-atoms is for SMILES/SDF/reaction records; a 1,601-residue FASTA sequence is a protein, not 1,260 'atoms'."""
+    from logos.encode import tokenize_files
+
+    seq = "M" + "ACDEFGHIKLMNPQRSTVWY" * 80
+    (tmp_path / "long.fasta").write_text(f">long\n{seq}\n")
+    (tmp_path / "long.smi").write_text("C" * 1500 + "\n")
+    result = tokenize_files([tmp_path / "long.fasta", tmp_path / "long.smi"], tmp_path / "out.jsonl",
+                            workers=0, progress=False, echo=lambda line: None)
+    (rec,) = records(tmp_path / "out.jsonl")
+    assert rec["domain"] == "protein" and seq in rec["text"]
+    assert result.errors == 1  # the SMILES chain is still refused before RDKit
+
+
 def test_long_invalid_smiles_gives_a_bounded_error_line(tmp_path):
     src = tmp_path / "long.smi"
     src.write_text("C" * 10_000 + "(\n" + GOOD[0] + "\n")
