@@ -3,7 +3,7 @@
 biotite ships the CCD as one 63 MB BinaryCIF file (``structure/info/components.bcif``); reading it
 costs ~1.5-3 s in every process that meets a hetero ligand, which dominated ``logos tokenize`` on
 small batches of complexes and every isolated worker restart. The first process that needs the
-CCD converts it once (a few seconds) into ``$LOGOS_CACHE/ccd/biotite-VERSION-vN.sqlite``: one row
+CCD converts it once (~20 s on 2 cores) into ``$LOGOS_CACHE/ccd/biotite-VERSION-vN.sqlite``: one row
 per component holding what the ligand encoder uses of its heavy atoms (names, elements, formal
 charges, leaving flags, bonds with biotite's ``BondType`` codes) as zlib-compressed JSON. Later processes open the database
 read-only and fetch only the codes they meet. The file is written to a temporary name and renamed
