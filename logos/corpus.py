@@ -201,6 +201,9 @@ def encoder_digest(domain: str | None) -> str:
 
     names = [domain] if domain else sorted(DOMAINS)
     modules = sorted({m for d in names for m in _module_sources(type(DOMAINS[d]).__module__)})
+    # and the driver around every encoder (size limits, JSON lines), its own source only: it imports every domain
+    driver = Path(importlib.util.find_spec("logos.encode").origin).read_bytes()
+    modules.append(("logos.encode", hashlib.sha256(driver).hexdigest()))
     versions = {}
     for lib in _LIBRARIES:
         try:
