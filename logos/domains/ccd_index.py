@@ -121,8 +121,18 @@ def build_index(path: Path | None = None) -> Path:
     return path
 
 
-@functools.lru_cache(maxsize=1)
+_CONNECTIONS: dict[int, sqlite3.Connection] = {}  # per process: a SQLite connection must not cross a fork
+
+
 def _connection() -> sqlite3.Connection:
+    con = _CONNECTIONS.get(os.getpid())
+    if con is None:
+        _CONNECTIONS.clear()  # a parent's connection, inherited through fork: never used here
+        con = _CONNECTIONS[os.getpid()] = _open()
+    return con
+
+
+def _open() -> sqlite3.Connection:
     path = index_path()
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
