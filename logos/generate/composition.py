@@ -26,7 +26,7 @@ from logos.records import RecordError
 
 __all__ = ["CompositionRows"]
 
-OPEN, CLOSE = "<CrystalS>", "<CrystalE>"
+CLOSE = "<CrystalE>"
 _HEADER = re.compile(r"<CrystalS>([A-Z][A-Za-z0-9.]*)(?=<sg\d+>|$)")
 _GROUP = re.compile(r"<sg(\d+)>")
 _SITE = re.compile(r"([A-Z][a-z]?)<w([a-zA-Z])>")
