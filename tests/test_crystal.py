@@ -335,6 +335,9 @@ def test_validity_hand_checked_cases():
     r = check_crystal(NACL.replace("Cl<wb>", "Cl<wz>"))
     assert r.parsed is False and "no Wyckoff position 'z'" in " ".join(r.reasons)
     assert compositional_validity("Fe3Ni")[0]  # alloy
+    from logos.materials.validity import cdvae_compositional_validity
+
+    assert cdvae_compositional_validity({"Ar": 1, "F": 2}) is False  # SMACT lists no oxidation states for Ar
     s = summarize([NACL, nacl2, "<CrystalS>"])
     assert s["n"] == 3 and s["valid"] == pytest.approx(1 / 3) and s["parsed"] == pytest.approx(2 / 3)
 
