@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from logos.corpus import SPLITS, CorpusConfig, LocalEngine, Source, plan_source
+from logos.data.corpus import SPLITS, CorpusConfig, LocalEngine, Source, plan_source
 
 SOURCES = [  # one per domain, from pretrain/corpus.yaml, sampled to keep the run in minutes
     Source(name="moses", dataset="moses-train", limit=20000, domain="molecule"),
@@ -61,8 +61,8 @@ def run(engine, cpus: int, out: Path) -> dict:
 
 def tokens_per_record(out: Path) -> dict:
     """Mean tokens (tokenizers/default) per record of each source's part, from a local-engine run."""
-    from logos.corpus import stats_tokenizer, token_counts
-    from logos.records import read_records
+    from logos.data.corpus import stats_tokenizer, token_counts
+    from logos.util.records import read_records
 
     tok = stats_tokenizer("tokenizers/default", "")
     means = {}
@@ -108,7 +108,7 @@ def main() -> int:
         print(plan(json.loads(args.json.read_text()), tokens_per_record(args.out / "local1")))
         return 0
 
-    from logos.corpus_ray import RayEngine
+    from logos.data.corpus_ray import RayEngine
 
     rows = []
     for cpus in args.cpus:

@@ -38,10 +38,10 @@ import gemmi
 import numpy as np
 import spglib
 
-from logos import data
+from logos.data import datasets as data
 from logos import materials as C
-from logos.materials.crystal import position_groups
-from logos.records import RecordError
+from logos.science.materials.crystal import position_groups
+from logos.util.records import RecordError
 
 
 class _Timeout(Exception):
@@ -124,7 +124,7 @@ def _tokens(args):
     global _TOKENIZER
     key, obj, composition = args
     if _TOKENIZER is None:
-        from logos.tokenizer import load_tokenizer
+        from logos.language.tokenizer import load_tokenizer
         _TOKENIZER = load_tokenizer(Path(__file__).resolve().parent.parent / "tokenizers" / "default")
     try:
         kwargs = {} if composition is None else {"composition": composition}
@@ -267,7 +267,7 @@ def main(argv=None) -> int:
     from pymatgen.core import Structure
     from pymatgen.io.cif import CifWriter
 
-    from logos.encode import tokenize_files
+    from logos.data.encode import tokenize_files
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)

@@ -42,9 +42,9 @@ def main() -> int:
     args = ap.parse_args()
 
     from logos.cli import main as cli
-    from logos.finetune.crystals import split_crystal_text
-    from logos.materials import encode_crystal, read_cif_block
-    from logos.records import open_text
+    from logos.tasks.crystal_pairs import split_crystal_text
+    from logos.science.materials import encode_crystal, read_cif_block
+    from logos.util.records import open_text
 
     with open_text(args.test) as fh:
         rows = list(csv.DictReader(fh))

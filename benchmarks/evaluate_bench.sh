@@ -40,7 +40,7 @@ t $L evaluate --task csp --predictions "$SHARED/cdvae/perov_5_test.csv.xz" --ref
 # unconditional crystals: 500 Materials Project structures as "samples" vs the whole set (its training corpus here)
 $PY - "$OUT" <<'PYEOF'
 import json, sys
-from logos.data import fetch
+from logos.data.datasets import fetch
 d = json.load(open(fetch("mp-dielectric")))["structure"]
 keys = list(d)[:500]
 json.dump({"structure": {k: d[k] for k in keys}}, open(f"{sys.argv[1]}/mp_500.json", "w"))
@@ -50,7 +50,7 @@ t $L evaluate --task crystal --predictions "$OUT/mp_500.json" --references mp-di
 # pockets and ligands: the PoseBusters complexes; ground-truth pockets, and the crystal ligands (Vina)
 $PY - "$OUT" <<'PYEOF'
 import csv, json, sys
-from logos.data import fetch
+from logos.data.datasets import fetch
 from logos.evaluate.pockets import read_sites
 from rdkit import Chem
 folder = fetch("posebusters-complexes")
@@ -64,7 +64,7 @@ with open(f"{sys.argv[1]}/ligands.jsonl", "w") as fh:
         fh.write(json.dumps({"id": sdf.name.split("_")[0], "smiles": Chem.MolToSmiles(m)}) + "\n")
 print(folder)
 PYEOF
-PB=$($PY -c "from logos.data import fetch; print(fetch('posebusters-complexes'))")
+PB=$($PY -c "from logos.data.datasets import fetch; print(fetch('posebusters-complexes'))")
 t $L evaluate --task pocket --predictions "$OUT/truth.pocket.csv" --references "$PB" -o "$OUT/pocket_truth"
 t $L evaluate --task ligand --predictions "$OUT/ligands.jsonl" --references "$PB" --vina -o "$OUT/ligand_crystal"
 

@@ -143,7 +143,7 @@ def part_train(args, work: Path) -> dict:
 
 
 def _planned_gib(recipe) -> dict:
-    from logos.plan import activation_bytes, model_size, zero_memory
+    from logos.train.plan import activation_bytes, model_size, zero_memory
     from logos.train.model import vocab_of
     from logos.train.recipe import padded_vocab
 
@@ -195,7 +195,7 @@ def part_generate(args, work: Path) -> dict:
 
 def score(folder: Path) -> dict:
     """Validity of the texts a GPU run wrote (run here: RDKit and pymatgen)."""
-    from logos.grammar import is_valid
+    from logos.language.grammar import is_valid
 
     out = {}
     for path in sorted(folder.rglob("*.samples.jsonl")):

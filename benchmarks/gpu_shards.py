@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def main(out: str) -> int:
     from logos.cli import main as cli
-    from logos.pack import pack
+    from logos.data.pack import pack
 
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "moses.jsonl"

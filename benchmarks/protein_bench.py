@@ -30,7 +30,7 @@ from pathlib import Path
 
 import gemmi
 
-from logos import data
+from logos.data import datasets as data
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "assets" / "protein" / "7ztl_protein.pdb.gz"
 
@@ -58,7 +58,7 @@ def logos_inprocess(paths: list[Path], out: Path, *flags: str) -> float:
     """``tokenize_files`` in this process: the encoders without interpreter start and imports."""
     from logos.cli import build_parser
     from logos.domains import encoder_options
-    from logos.encode import tokenize_files
+    from logos.data.encode import tokenize_files
 
     args = build_parser().parse_args(["tokenize", *map(str, paths), "-o", str(out), *flags])
     options = encoder_options(vars(args), strict=False)

@@ -43,7 +43,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from logos.domains.reaction import parse_reaction
-    from logos.finetune.data import _reactions
+    from logos.tasks.pairs import _reactions
     from logos.generate import GenerateOptions, Sampling, generate
 
     rows = list(_reactions(args.test))

@@ -82,7 +82,7 @@ def timed(step, n: int, dist) -> float:
 
 
 def worker(args, data: Path, out: Path) -> dict:
-    from logos.shards import ShardReader
+    from logos.data.shards import ShardReader
     from logos.train import Trainer
     from logos.train.recipe import load_recipe
 

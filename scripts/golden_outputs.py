@@ -5,7 +5,8 @@ Used to show that a refactoring changes no output: run it before and after, comp
     python scripts/golden_outputs.py OUT_DIR > before.txt   # ... change the code ...
     python scripts/golden_outputs.py OUT_DIR2 > after.txt && diff before.txt after.txt
 
-Timing fields (``seconds``) and the package version are removed from JSON reports before hashing.
+What varies between identical runs is left out before hashing: the output folder's path, the creation
+time in JSONL headers, timing fields (``seconds``) and the package version in reports.
 """
 
 from __future__ import annotations
@@ -61,8 +62,15 @@ def logos(*args: str) -> int:
     return r.returncode
 
 
-def digest(path: Path) -> str:
-    data = path.read_bytes()
+def digest(path: Path, out: Path) -> str:
+    data = path.read_bytes().replace(str(out).encode(), b"OUT")
+    if path.suffix == ".jsonl" and data.startswith(b'{"logos_header"'):  # the header's creation time
+        head, _, rest = data.partition(b"\n")
+        doc = json.loads(head)
+        doc["logos_header"].pop("created", None)
+        data = json.dumps(doc).encode() + b"\n" + rest
+    if path.name == "report.md":  # run times
+        data = b"\n".join(line for line in data.split(b"\n") if b" s " not in line and b"seconds" not in line)
     if path.name == "metrics.json":
         doc = json.loads(data)
 
@@ -74,7 +82,9 @@ def digest(path: Path) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def main(out: Path, skip_generate: bool = False) -> None:
+def main(out: Path, skip_generate: bool = False, rehash: bool = False) -> None:
+    if rehash:  # only hash the files of an earlier run
+        return print_digests(out)
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -103,10 +113,14 @@ def main(out: Path, skip_generate: bool = False) -> None:
                                         str(out / "eval_retro"))
     for key, code in codes.items():
         print(f"exit {code} {key}")
+    print_digests(out)
+
+
+def print_digests(out: Path) -> None:
     for p in sorted(out.rglob("*")):
         if p.is_file() and p.suffix != ".png":
-            print(f"{digest(p)} {p.relative_to(out)}")
+            print(f"{digest(p, out)} {p.relative_to(out)}")
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), skip_generate="--no-generate" in sys.argv)
+    main(Path(sys.argv[1]), skip_generate="--no-generate" in sys.argv, rehash="--rehash" in sys.argv)

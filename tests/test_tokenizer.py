@@ -8,8 +8,8 @@ import pytest
 import sentencepiece as spm
 
 from conftest import ASSETS, REPO, records
-from logos.grammar import special_tokens
-from logos.tokenizer import build_tokenizer, load_tokenizer
+from logos.language.grammar import special_tokens
+from logos.language.tokenizer import build_tokenizer, load_tokenizer
 
 DEFAULT = REPO / "tokenizers" / "default"
 

@@ -11,15 +11,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from logos.records import InputError
-from logos.resources import DEFAULT_CHECKPOINT, DEFAULT_TOKENIZER, resolve
+from logos.util.records import InputError
+from logos.util.resources import DEFAULT_CHECKPOINT, DEFAULT_TOKENIZER, resolve
 
 EXIT_OK, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
 
 
 def _cmd_tokenize(args: argparse.Namespace) -> int:
     from logos.domains import encoder_options
-    from logos.encode import Limits, tokenize_files
+    from logos.data.encode import Limits, tokenize_files
 
     options = encoder_options(vars(args), strict=False)
     limits = Limits(timeout=args.timeout, max_atoms=args.max_atoms, max_mb=args.max_mb)
@@ -34,7 +34,7 @@ def _cmd_tokenize(args: argparse.Namespace) -> int:
 
 
 def _cmd_detokenize(args: argparse.Namespace) -> int:
-    from logos.decode import detokenize_file
+    from logos.data.decode import detokenize_file
 
     try:
         result = detokenize_file(Path(args.input), Path(args.output), _writer_options(args),
@@ -49,8 +49,8 @@ def _cmd_detokenize(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from logos.grammar import GrammarError, validate
-    from logos.records import ErrorLog, read_records
+    from logos.language.grammar import GrammarError, validate
+    from logos.util.records import ErrorLog, read_records
 
     errors = ErrorLog(None)
     n = bad = 0
@@ -71,7 +71,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_build_tokenizer(args: argparse.Namespace) -> int:
-    from logos.tokenizer import build_tokenizer
+    from logos.language.tokenizer import build_tokenizer
 
     try:
         build_tokenizer([Path(p) for p in args.corpus], Path(args.output), pieces=args.pieces,
@@ -83,7 +83,7 @@ def _cmd_build_tokenizer(args: argparse.Namespace) -> int:
 
 
 def _cmd_fetch(args: argparse.Namespace) -> int:
-    from logos import data
+    from logos.data import datasets as data
 
     for name in args.datasets:
         try:
@@ -96,7 +96,8 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def _cmd_corpus_build(args: argparse.Namespace) -> int:
-    from logos.corpus import build_corpus, get_engine, load_config
+    from logos.data.corpus import load_config
+    from logos.data.corpus_build import build_corpus, get_engine
 
     try:
         config = load_config(Path(args.config))
@@ -108,7 +109,7 @@ def _cmd_corpus_build(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         engine = get_engine(args.engine, ray_address=args.ray_address, cpus=args.cpus)
-    except RuntimeError as e:  # logos.corpus_ray.EngineUnavailable: Ray is not installed
+    except RuntimeError as e:  # logos.data.corpus_ray.EngineUnavailable: Ray is not installed
         print(f"logos corpus build: {e}", file=sys.stderr)
         return EXIT_USAGE
     stats = build_corpus(config, Path(args.output), engine=engine)
@@ -116,7 +117,7 @@ def _cmd_corpus_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_pack(args: argparse.Namespace) -> int:
-    from logos.pack import pack, pack_parts
+    from logos.data.pack import pack, pack_parts
 
     if args.parts:
         if args.val:
@@ -134,7 +135,7 @@ def _cmd_pack(args: argparse.Namespace) -> int:
                                 [p for d in dirs for p in sorted((d / "splits" / "validation").glob("*.jsonl"))],
                                 resolve(args.tokenizer), Path(args.output), engine=args.engine,
                                 ray_address=args.ray_address)
-        except RuntimeError as e:  # logos.corpus_ray.EngineUnavailable: Ray is not installed
+        except RuntimeError as e:  # logos.data.corpus_ray.EngineUnavailable: Ray is not installed
             print(f"logos pack: {e}", file=sys.stderr)
             return EXIT_USAGE
     else:
@@ -216,7 +217,7 @@ def _cmd_finetune(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from logos.export import export_run
+    from logos.train.export import export_run
 
     out = export_run(Path(args.run), Path(args.output), tag=args.tag)
     print(f"export: {args.run} -> {out}", file=sys.stderr)
@@ -224,7 +225,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from logos.generate import GenerateOptions, Sampling, generate, molecule_summary
+    from logos.evaluate.molecules import molecule_summary
+    from logos.generate import GenerateOptions, Sampling, generate
 
     sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                         max_new_tokens=args.max_new_tokens)
@@ -255,7 +257,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from logos.plan import activation_bytes, format_plan, model_size, plan_rows
+    from logos.train.plan import activation_bytes, format_plan, model_size, plan_rows
     from logos.train.model import vocab_of
     from logos.train.recipe import ConfigError, load_recipe, padded_vocab
 
@@ -293,16 +295,13 @@ def _writer_options(args: argparse.Namespace):
 
 
 def _errors_name(output: str) -> str:
-    from logos.records import errors_path_for
+    from logos.util.records import errors_path_for
 
     return str(errors_path_for(Path(output)))
 
 
-TASK_NAMES = ("molecule", "forward", "retro", "reaction", "protein", "antibody", "pocket", "ligand", "crystal", "mof")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    from logos import __version__
+    from logos import __version__, tasks
     from logos.domains import DOMAINS
     from logos.domains.base import add_option_arguments
 
@@ -431,7 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("generate", help="constrained sampling for every task -> files (.smi .sdf .rsmi .fasta "
                                         ".pocket.csv .cif .json) + OUT.samples.jsonl")
     p.add_argument("--checkpoint", default=DEFAULT_CHECKPOINT, metavar="DIR", help="an exported HF directory")
-    p.add_argument("--task", choices=sorted(TASK_NAMES), default="molecule",
+    p.add_argument("--task", choices=tasks.names("generate"), default="molecule",
                    help="molecule, protein, antibody, crystal, mof: unconditional (or --input nodes/compositions); "
                         "forward, retro (reaction), pocket, ligand: per --input record")
     p.add_argument("-n", type=int, default=100, help="samples in all (unconditional) or per input (conditional)")
@@ -458,8 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("evaluate", help="the field's own metrics of predictions from any generator -> metrics.json, "
                                         "report.md, PNG figures")
-    p.add_argument("--task", required=True, choices=("molecule", "retro", "forward", "crystal", "csp", "mof", "pocket",
-                                                     "ligand", "protein"))
+    p.add_argument("--task", required=True, choices=tasks.names("evaluate", aliases=False))
     p.add_argument("--predictions", required=True, metavar="FILE|DIR",
                    help=".smi/.sdf/.jsonl molecules; .jsonl/.rsmi ranked answers; CIF folder/multi-block CIF/.jsonl "
                         "crystals; .pocket.csv/.pocket.json; FASTA")

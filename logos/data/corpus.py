@@ -1,14 +1,14 @@
 """``logos corpus build``: pinned sources -> tokenized, deduplicated, split train/validation/test JSONL + stats.
 
 A corpus config (YAML, an instance of :class:`CorpusConfig`) lists sources: a bundled dataset of
-:mod:`logos.data` (fetched by pinned version) or the user's own files (globs), each with the
+:mod:`logos.data.datasets` (fetched by pinned version) or the user's own files (globs), each with the
 ``logos tokenize`` flags to apply. The build runs in two resumable phases:
 
 1. **parts**: each source is tokenized to ``DIR/parts/NAME.jsonl``; a ``NAME.done`` marker holds the
    hash of the source's config, so a rerun skips finished sources and redoes changed ones.
 2. **split**: all parts are streamed once, exact duplicate texts dropped (first wins), and each
    record assigned to train/validation/test by a seeded hash of its *group key*
-   (:mod:`logos.splits`), so related records never straddle splits: molecules by Bemis-Murcko
+   (:mod:`logos.data.splits`), so related records never straddle splits: molecules by Bemis-Murcko
    scaffold, reactions by their reactant and product sets (the forward and retro forms of one
    reaction stay together), everything else by the structure it came from. Output files are
    written atomically; ``stats.md`` / ``stats.json`` hold records and tokens per domain and split.
@@ -20,8 +20,9 @@ is redone when a part or the tokenizer's **contents** change (not its path).
 
 **Engines.** The pipeline is one set of stage functions (read, encode, deduplicate, split, write;
 below) run by an engine: :class:`LocalEngine` (default: ``logos tokenize``'s isolated process pool
-per source, one streaming pass for the split) or the Ray Data engine of :mod:`logos.corpus_ray`
-(``--engine ray``: Ray's local mode, or a cluster with ``--ray-address``). Both write the same
+per source, one streaming pass for the split) or the Ray Data engine of :mod:`logos.data.corpus_ray`
+(``--engine ray``: Ray's local mode, or a cluster with ``--ray-address``); :mod:`logos.data.corpus_build`
+chooses the engine and runs the phases. Both write the same
 records in the same order to each split file: deduplication keeps the first occurrence in one
 global order (sources in config order, files sorted, records in file order) and the split is a pure
 function of the record. A part records which engine wrote it; the other engine redoes it.
@@ -39,8 +40,6 @@ import glob
 import hashlib
 import importlib.util
 import json
-import sys
-import time
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -48,11 +47,11 @@ from typing import Iterator
 
 import yaml
 
-from logos.records import InputError, errors_path_for, read_records, safe_name
-from logos.splits import group_key, split_of
+from logos.util.records import InputError, errors_path_for, read_records, safe_name
+from logos.data.splits import group_key, split_of
 
-__all__ = ["Source", "CorpusConfig", "load_config", "build_corpus", "encoder_digest", "directory_digest", "ENGINES",
-           "LocalEngine", "get_engine"]
+__all__ = ["Source", "CorpusConfig", "load_config", "encoder_digest", "directory_digest", "tokenizer_dir", "config_digest", "ENGINES",
+           "LocalEngine", "stats_table"]
 
 SPLITS = ("train", "validation", "test")
 
@@ -101,7 +100,7 @@ class CorpusConfig:
     workers: int = 2
     """Encoder processes per source (local engine; the Ray engine uses one isolated process per Ray CPU)."""
     limits: dict = field(default_factory=dict)
-    """Per-record limits of ``logos tokenize`` (``timeout``, ``max_atoms``, ``max_mb``; :class:`logos.encode.Limits`)."""
+    """Per-record limits of ``logos tokenize`` (``timeout``, ``max_atoms``, ``max_mb``; :class:`logos.data.encode.Limits`)."""
 
     def __post_init__(self):
         self.sources = [s if isinstance(s, Source) else Source(**s) for s in self.sources]
@@ -113,7 +112,7 @@ class CorpusConfig:
             raise ValueError("validation and test must be fractions that sum below 1")
 
     def record_limits(self):
-        from logos.encode import Limits
+        from logos.data.encode import Limits
 
         known = {f.name for f in dataclasses.fields(Limits)}
         if set(self.limits) - known:
@@ -123,7 +122,7 @@ class CorpusConfig:
 
 def load_config(path: Path) -> CorpusConfig:
     """Parse and check a corpus config: keys, dataset names and each source's tokenize flags."""
-    from logos.data import DATASETS
+    from logos.data.datasets import DATASETS
 
     raw = yaml.safe_load(Path(path).read_text())
     if not isinstance(raw, dict):
@@ -140,7 +139,8 @@ def load_config(path: Path) -> CorpusConfig:
     return config
 
 
-def _digest(obj) -> str:
+def config_digest(obj) -> str:
+    """A stable hash of a JSON-able object (a config, the parts' markers)."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -197,20 +197,20 @@ def encoder_digest(domain: str | None) -> str:
     ``domain`` None (detected per file) covers every domain's encoder.
     """
     from logos.domains import DOMAINS
-    from logos.grammar import grammar_text
+    from logos.language.grammar import grammar_text
 
     names = [domain] if domain else sorted(DOMAINS)
     modules = sorted({m for d in names for m in _module_sources(type(DOMAINS[d]).__module__)})
     # and the driver around every encoder (size limits, JSON lines), its own source only: it imports every domain
-    driver = Path(importlib.util.find_spec("logos.encode").origin).read_bytes()
-    modules.append(("logos.encode", hashlib.sha256(driver).hexdigest()))
+    driver = Path(importlib.util.find_spec("logos.data.encode").origin).read_bytes()
+    modules.append(("logos.data.encode", hashlib.sha256(driver).hexdigest()))
     versions = {}
     for lib in _LIBRARIES:
         try:
             versions[lib] = metadata.version(lib)
         except metadata.PackageNotFoundError:
             versions[lib] = None
-    return _digest({"modules": modules, "grammar": hashlib.sha256(grammar_text().encode()).hexdigest(),
+    return config_digest({"modules": modules, "grammar": hashlib.sha256(grammar_text().encode()).hexdigest(),
                     "libraries": versions})
 
 
@@ -225,7 +225,7 @@ def directory_digest(path: Path) -> str:
 
 def _inputs(source: Source, seed: int) -> list[Path]:
     """The input files of a source; a fetched dataset folder gives its files matching ``pattern``."""
-    from logos import data
+    from logos.data import datasets as data
 
     if source.dataset:
         fetched = data.fetch(source.dataset, limit=source.limit, seed=seed)
@@ -237,7 +237,7 @@ def _inputs(source: Source, seed: int) -> list[Path]:
 #
 # read -> encode (isolated workers) -> deduplicate (exact text, first wins) -> split (seeded hash of the
 # group key) -> write JSONL. The local engine (below) runs it in this process and a process pool; the Ray
-# engine (:mod:`logos.corpus_ray`) runs the same stage functions as a Ray Data pipeline. Records keep one
+# engine (:mod:`logos.data.corpus_ray`) runs the same stage functions as a Ray Data pipeline. Records keep one
 # global order: sources in config order, input files in sorted order, records in file order; "first"
 # in deduplication and the order of every split file follow it, on any engine.
 
@@ -263,7 +263,7 @@ def plan_source(source: Source, config: CorpusConfig) -> SourcePlan:
     # Inputs (size, mtime), the source's config and the encoder's code are in the digest: any change redoes the part.
     stamps = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) if p.exists() else (str(p), None, None)
               for p in inputs]
-    digest = _digest({"source": dataclasses.asdict(source), "seed": config.seed, "inputs": stamps,
+    digest = config_digest({"source": dataclasses.asdict(source), "seed": config.seed, "inputs": stamps,
                       "limits": dataclasses.asdict(config.record_limits()), "encoder": encoder_digest(domain)})
     return SourcePlan(source, inputs, options, domain, digest)
 
@@ -298,7 +298,7 @@ def write_marker(plan: SourcePlan, out_dir: Path, engine: str, records: int, rej
 def read_chunks(inputs: list[Path], domain: str | None, options: dict, limits,
                 chunk_cost: int = CHUNK_COST) -> Iterator[list]:
     """Stage *read*: the work items of ``inputs`` in order, in chunks of about CHUNK_COST (a Ray task each)."""
-    from logos.encode import _is_heavy, _items
+    from logos.data.encode import _is_heavy, _items
 
     chunk: list = []
     cost = 0
@@ -315,10 +315,10 @@ def read_chunks(inputs: list[Path], domain: str | None, options: dict, limits,
 def encode_chunk(pairs: list, options: dict, limits) -> tuple[list[str], list[tuple[str, str]]]:
     """Stage *encode*: (JSON lines in input order, (source, reason) of rejected records) for a chunk of work items.
 
-    The encoders run in one isolated worker process (:func:`logos.isolate.imap_isolated`): a record
+    The encoders run in one isolated worker process (:func:`logos.util.isolate.imap_isolated`): a record
     that crashes the parsing library or runs past ``limits.timeout`` is one rejection, never the task.
     """
-    from logos.encode import encode_items
+    from logos.data.encode import encode_items
 
     lines: list[str] = []
     bad: list[tuple[str, str]] = []
@@ -338,7 +338,7 @@ def dedup_key(text: str) -> str:
 
 
 def split_for(rec: dict, config: CorpusConfig) -> str:
-    """Stage *split*: a seeded hash of the record's group key (:mod:`logos.splits`)."""
+    """Stage *split*: a seeded hash of the record's group key (:mod:`logos.data.splits`)."""
     return split_of(group_key(rec), config.seed, config.validation, config.test)
 
 
@@ -347,16 +347,16 @@ def record_line(rec: dict) -> str:
     return json.dumps(rec, ensure_ascii=False) + "\n"
 
 
-def _tokenizer_dir(name: str) -> Path:
+def tokenizer_dir(name: str) -> Path:
     return Path(name)
 
 
 @functools.lru_cache(maxsize=4)
 def stats_tokenizer(path: str, contents: str):
     """The tokenizer that counts tokens in the stats, cached per path and contents (``directory_digest``)."""
-    from logos.tokenizer import load_tokenizer
+    from logos.language.tokenizer import load_tokenizer
 
-    return load_tokenizer(_tokenizer_dir(path))
+    return load_tokenizer(tokenizer_dir(path))
 
 
 def token_counts(tokenizer, texts: list[str]) -> list[int]:
@@ -389,7 +389,7 @@ class LocalEngine:
         yield from read_records(part)
 
     def build_parts(self, plans: list[SourcePlan], config: CorpusConfig, out_dir: Path, echo) -> None:
-        from logos.encode import tokenize_files
+        from logos.data.encode import tokenize_files
 
         for plan in plans:
             part = self.part_path(out_dir, plan.source)
@@ -404,7 +404,7 @@ class LocalEngine:
             write_marker(plan, out_dir, self.name, result.records, result.errors, result.seconds, echo)
 
     def split(self, parts: list[Path], config: CorpusConfig, out_dir: Path, echo) -> dict:
-        tokenizer = stats_tokenizer(config.tokenizer, directory_digest(_tokenizer_dir(config.tokenizer)))
+        tokenizer = stats_tokenizer(config.tokenizer, directory_digest(tokenizer_dir(config.tokenizer)))
         seen: set[str] = set()
         stats: dict[str, dict[str, dict[str, int]]] = {}
         duplicates = 0
@@ -453,60 +453,3 @@ def stats_table(stats: dict) -> str:
     lines.append("| **total** | " + " | ".join(f"{r:,} | {t:,}" for r, t in totals.values()) + " |")
     lines.append(f"\nExact duplicates dropped: {stats['duplicates_dropped']:,}")
     return "\n".join(lines)
-
-
-def get_engine(name: str, ray_address: str | None = None, cpus: int | None = None):
-    """The engine object for ``--engine NAME``; ``ray`` raises :class:`EngineUnavailable` when Ray is not installed."""
-    if name == "local":
-        return LocalEngine()
-    if name == "ray":
-        from logos.corpus_ray import RayEngine
-
-        return RayEngine(address=ray_address, cpus=cpus)
-    raise ValueError(f"unknown engine {name!r} (known: {', '.join(ENGINES)})")
-
-
-def build_corpus(config: CorpusConfig, out_dir: Path, echo=None, engine="local") -> dict:
-    """Build (or finish) the corpus in ``out_dir`` with ``engine`` (a name or an engine object).
-
-    Every engine writes the same records in the same order to each split file.
-    """
-    echo = echo or (lambda line: print(line, file=sys.stderr))
-    engine = get_engine(engine) if isinstance(engine, str) else engine
-    start = time.perf_counter()
-    out_dir = Path(out_dir)
-    (out_dir / "parts").mkdir(parents=True, exist_ok=True)
-    plans = [plan_source(source, config) for source in config.sources]
-    parts = [engine.part_path(out_dir, plan.source) for plan in plans]
-    todo = []
-    for plan, part in zip(plans, parts):
-        if part_is_done(plan, out_dir, engine.name, part):
-            echo(f"corpus: {plan.source.name}: done earlier, skipped")
-        else:
-            marker_path(out_dir, plan.source).unlink(missing_ok=True)
-            todo.append(plan)
-    if todo:
-        engine.build_parts(todo, config, out_dir, echo)
-    markers = [marker_path(out_dir, plan.source) for plan in plans]
-    split_digest = _digest({"parts": [(m.name, m.read_text()) for m in markers], "engine": engine.name,
-                            "seed": config.seed, "validation": config.validation, "test": config.test,
-                            "tokenizer": directory_digest(_tokenizer_dir(config.tokenizer))})
-    marker = out_dir / "split.done"
-    if marker.exists() and json.loads(marker.read_text()).get("digest") == split_digest and \
-            all((out_dir / f"{s}.jsonl").exists() for s in SPLITS):
-        echo("corpus: split done earlier, skipped")
-        stats = json.loads((out_dir / "stats.json").read_text())
-    else:
-        marker.unlink(missing_ok=True)
-        stats = engine.split(parts, config, out_dir, echo)
-        stats["engine"] = engine.name
-        stats["seconds"] = round(time.perf_counter() - start, 1)
-        (out_dir / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
-        (out_dir / "stats.md").write_text(stats_table(stats) + "\n")
-        marker.write_text(json.dumps({"digest": split_digest}) + "\n")
-    rejected = sum(json.loads(m.read_text()).get("rejected", 0) for m in markers)
-    stats["rejected"] = rejected
-    echo(stats_table(stats))
-    echo(f"corpus: {out_dir} ({time.perf_counter() - start:.0f} s, engine {engine.name})"
-         + (f"; {rejected:,} input records rejected (see {out_dir / 'parts'}/*.errors.jsonl)" if rejected else ""))
-    return stats

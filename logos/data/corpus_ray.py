@@ -1,6 +1,6 @@
 """Ray Data engine of ``logos corpus build --engine ray``: the corpus pipeline on one machine or a Ray cluster, same records as the local engine.
 
-The stages are the functions of :mod:`logos.corpus` (``read_chunks``, ``encode_chunk``,
+The stages are the functions of :mod:`logos.data.corpus` (``read_chunks``, ``encode_chunk``,
 ``dedup_key``, ``split_for``, ``record_line``); this module only lays them out as Ray Data pipelines:
 
 1. **parts**: ``from_items(groups of input files) -> flat_map(read) -> map(encode)``. A read task
@@ -14,11 +14,11 @@ The stages are the functions of :mod:`logos.corpus` (``read_chunks``, ``encode_c
    counts its tokens and writes ``splits/SPLIT/OOOOOOOO.jsonl`` per part chunk. The driver
    concatenates those files in chunk order into ``SPLIT.jsonl`` (a byte copy, no parsing): the
    same records in the same order as the local engine's single pass. ``splits/`` stays, so
-   ``logos pack --parts`` can pack each chunk on its own (:mod:`logos.pack`).
+   ``logos pack --parts`` can pack each chunk on its own (:mod:`logos.data.pack`).
 
 Choices:
 
-- **Isolation, two layers.** Inside a task the chunk runs through :func:`logos.isolate.imap_isolated`
+- **Isolation, two layers.** Inside a task the chunk runs through :func:`logos.util.isolate.imap_isolated`
   (one forked process, the per-record time limit): a record that segfaults RDKit or gemmi is one
   rejection, as in ``logos tokenize``. Ray's retries alone would not do: the same record would kill
   every retry and then fail the whole dataset. A Ray worker that is lost (killed, out of memory,
@@ -45,10 +45,10 @@ import time
 import uuid
 from pathlib import Path
 
-from logos.corpus import (CHUNK_COST, SPLITS, CorpusConfig, Source, SourcePlan, add_stats, dedup_key, encode_chunk,
+from logos.data.corpus import (CHUNK_COST, SPLITS, CorpusConfig, Source, SourcePlan, add_stats, dedup_key, encode_chunk,
                           errors_path, merge_stats, read_chunks, record_line, split_for, stats_tokenizer,
-                          token_counts, write_marker, directory_digest, _tokenizer_dir)
-from logos.records import ErrorLog, safe_name
+                          token_counts, write_marker, directory_digest, tokenizer_dir)
+from logos.util.records import ErrorLog, safe_name
 
 __all__ = ["RayEngine", "EngineUnavailable", "map_tasks"]
 
@@ -233,7 +233,7 @@ class RayEngine:
             repeated = keys.groupby("key", num_partitions=partitions).aggregate(Count(), Min("pos")) \
                 .filter(expr=col("count()") > 1)
             firsts = {r["key"]: int(r["min(pos)"]) for r in repeated.iter_rows()}
-            tokenizer_digest = directory_digest(_tokenizer_dir(config.tokenizer))
+            tokenizer_digest = directory_digest(tokenizer_dir(config.tokenizer))
             written = ray.data.from_items(rows, override_num_blocks=len(rows)).map(
                 _split_chunk, fn_kwargs={"firsts": firsts, "config": config, "splits_dir": str(splits_dir),
                                          "tokenizer_digest": tokenizer_digest},

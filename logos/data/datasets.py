@@ -27,13 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
+from logos.util.files import cache_dir
+
 __all__ = ["DATASETS", "Dataset", "cache_dir", "fetch", "package_archive", "read_member"]
-
-
-def cache_dir() -> Path:
-    path = Path(os.environ.get("LOGOS_CACHE", Path.home() / ".cache" / "logos"))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def package_archive(package: str, version: str, sdist: bool = False) -> Path:

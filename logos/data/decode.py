@@ -16,8 +16,8 @@ from tqdm import tqdm
 
 from logos.domains import writer_for
 from logos.domains.base import WriterOptions
-from logos.grammar import GrammarError, validate
-from logos.records import ErrorLog, InputError, RecordError, errors_path_for, read_records
+from logos.language.grammar import GrammarError, validate
+from logos.util.records import ErrorLog, InputError, RecordError, errors_path_for, read_records
 
 __all__ = ["DetokenizeResult", "detokenize_file"]
 

@@ -1,7 +1,7 @@
 """``logos tokenize``: scientific files -> grammar-text JSONL, in parallel, with progress and an error log.
 
 Files are read in the main process (cheap: lines, SDF blocks, paths); the domain encoders run in
-``workers`` isolated processes (:mod:`logos.isolate`) on batches of items, and results are written
+``workers`` isolated processes (:mod:`logos.util.isolate`) on batches of items, and results are written
 in input order. A bad record or file is reported once (stderr line + ``OUT.errors.jsonl``) and
 never stops the run.
 
@@ -35,9 +35,9 @@ from tqdm import tqdm
 
 from logos import __version__
 from logos.domains import DOMAINS, detect
-from logos.grammar import GRAMMAR_VERSION
-from logos.isolate import Failure, imap_isolated
-from logos.records import HEADER_KEY, ErrorLog, InputError, RecordError, WorkItem, errors_path_for
+from logos.language.grammar import GRAMMAR_VERSION
+from logos.util.isolate import Failure, imap_isolated
+from logos.util.records import HEADER_KEY, ErrorLog, InputError, RecordError, WorkItem, errors_path_for
 
 __all__ = ["Limits", "TokenizeResult", "tokenize_files", "encode_items", "oversize"]
 

@@ -1,11 +1,11 @@
-"""``logos pack``: tokenized JSONL -> memory-mapped token shards with a document index (read by :mod:`logos.shards`).
+"""``logos pack``: tokenized JSONL -> memory-mapped token shards with a document index (read by :mod:`logos.data.shards`).
 
 Choices:
 
 - uint16 when the vocabulary fits (< 65536 ids), else uint32: half the bytes to read.
 - **Splits never leak.** With ``val_inputs`` (``--val corpus/validation.jsonl``) the corpus splits are
   taken as given: the inputs are training data, the validation files are validation data. Without
-  them, ``val_fraction`` of the *groups* of :mod:`logos.splits` are held out by a seeded hash of
+  them, ``val_fraction`` of the *groups* of :mod:`logos.data.splits` are held out by a seeded hash of
   the group key (scaffold, reaction, source structure, or a record's own ``group``), so the
   ``--augment`` variants of a molecule and the forward and retro forms of a reaction land on one
   side, independent of file order, worker count and repacking.
@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from logos.records import ErrorLog, InputError, read_header, read_records
-from logos.splits import group_key, split_of
+from logos.util.records import ErrorLog, InputError, read_header, read_records
+from logos.data.splits import group_key, split_of
 
 __all__ = ["PackResult", "pack", "pack_parts"]
 
@@ -79,7 +79,7 @@ class _ShardWriter:
 def pack(inputs: list[Path], tokenizer_dir: Path, out_dir: Path, val_fraction: float = 0.01,
          val_inputs: list[Path] | None = None, seed: int = 0, progress: bool | None = None) -> PackResult:
     """Tokenize every record of ``inputs`` (and ``val_inputs``) with the tokenizer in ``tokenizer_dir``."""
-    from logos.extend import grammar_tokenizer
+    from logos.language.extend import grammar_tokenizer
 
     start = time.perf_counter()
     if not 0.0 <= val_fraction < 1.0:
@@ -138,7 +138,7 @@ def pack(inputs: list[Path], tokenizer_dir: Path, out_dir: Path, val_fraction: f
         raise InputError(f"no records in {', '.join(str(p) for p, _ in sources)}")
     rule = ({"rule": "given: inputs are train, --val files are validation", "val": [str(p) for p in val_inputs]}
             if val_inputs is not None else
-            {"rule": "seeded hash of the group key (logos.splits) < val_fraction -> val",
+            {"rule": "seeded hash of the group key (logos.data.splits) < val_fraction -> val",
              "val_fraction": val_fraction, "seed": seed})
     meta = {
         "format": FORMAT,
@@ -166,7 +166,7 @@ def pack_parts(train: list[Path], val: list[Path], tokenizer_dir: Path, out_dir:
                ray_address: str | None = None, cpus: int | None = None) -> PackResult:
     """Token shards in parts: each input file (``corpus/splits/train/*.jsonl`` of ``logos corpus build
     --engine ray``) packed on its own into ``out_dir/parts/NNNNNN/`` -- a Ray task each with
-    ``engine="ray"`` -- then an index ``meta.json`` that :class:`logos.shards.ShardReader` reads as
+    ``engine="ray"`` -- then an index ``meta.json`` that :class:`logos.data.shards.ShardReader` reads as
     one corpus: the same rows as ``pack(train, val_inputs=val)`` of the concatenated files. Nothing
     here reads all the tokens on one machine; the index is built from the parts' ``meta.json``."""
     import shutil
@@ -183,7 +183,7 @@ def pack_parts(train: list[Path], val: list[Path], tokenizer_dir: Path, out_dir:
     tasks = [{"name": f"{i:06d}", "input": str(p), "split": s, "tokenizer": str(Path(tokenizer_dir).resolve()),
               "out": str(out_dir / "parts" / f"{i:06d}")} for i, (p, s) in enumerate(inputs)]
     if engine == "ray":
-        from logos.corpus_ray import map_tasks
+        from logos.data.corpus_ray import map_tasks
 
         done = map_tasks(_pack_one, tasks, address=ray_address, cpus=cpus)
     elif engine == "local":

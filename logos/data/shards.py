@@ -1,6 +1,6 @@
 """Token shards: the memory-mapped reader of ``logos pack`` output, the domain mixture, and the training batch.
 
-Layout of a shard directory (little-endian, written by :mod:`logos.pack`)::
+Layout of a shard directory (little-endian, written by :mod:`logos.data.pack`)::
 
     meta.json          tokenizer, vocabulary size, dtype, domains, split rule, counts
     train.bin          every training document as <s> ids </s>, concatenated (uint16 or uint32)
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from logos.records import InputError
+from logos.util.records import InputError
 
 __all__ = ["Batch", "ShardReader", "MixtureReader", "load_meta"]
 
@@ -79,7 +79,7 @@ class _Concat:
 def _parts_stream(shard_dir: Path, meta: dict, split: str) -> tuple[_Concat, np.ndarray]:
     """The token stream and document index of ``split`` over every part, in part order.
 
-    Each part is a shard directory of its own (:func:`logos.pack.pack_parts`); its domain indexes
+    Each part is a shard directory of its own (:func:`logos.data.pack.pack_parts`); its domain indexes
     are mapped to the index's domain list and its document offsets moved by the tokens before it,
     so the parts read exactly like one shard written from the concatenated inputs.
     """

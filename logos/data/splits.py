@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import hashlib
 
-from logos.grammar import split_symbols
+from logos.language.grammar import split_symbols
 
 __all__ = ["group_key", "split_of"]
 
@@ -49,7 +49,7 @@ def group_key(record: dict) -> str:
         return _scaffold_key(pieces[1] if len(pieces) > 1 else text)
     if domain == "reaction":
         from logos.domains.reaction import reaction_from_text
-        from logos.records import RecordError
+        from logos.util.records import RecordError
 
         try:
             reactants, _, products = reaction_from_text(text)

@@ -27,8 +27,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from logos.generate.aromatic import cycle_atoms, perfect_matching, unpruned
-from logos.generate.atoms import (AROMATIC, BOND_ORDERS, ORGANIC, SmilesError, _Atom, _bracket_prefix,  # noqa: F401
+from logos.decoding.aromatic import cycle_atoms, perfect_matching, unpruned
+from logos.decoding.atoms import (AROMATIC, BOND_ORDERS, ORGANIC, SmilesError, _Atom, _bracket_prefix,  # noqa: F401
                                   _BRACKET, _CHARGE, _valences)
 
 __all__ = ["SmilesState", "SmilesError"]

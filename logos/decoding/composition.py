@@ -20,9 +20,9 @@ from __future__ import annotations
 import functools
 import re
 
-from logos.materials.parse import parse_composition
-from logos.materials.wyckoff import LETTERS, MULTIPLICITY
-from logos.records import RecordError
+from logos.science.materials.parse import parse_composition
+from logos.science.materials.wyckoff import LETTERS, MULTIPLICITY
+from logos.util.records import RecordError
 
 __all__ = ["CompositionRows"]
 

@@ -24,9 +24,9 @@ import re
 import numpy as np
 import torch
 
-from logos.chem import CLOSE as MOL_CLOSE, OPEN as MOL_OPEN
-from logos.generate.chemistry import SmilesError, SmilesState
-from logos.records import InputError
+from logos.science.chemistry import CLOSE as MOL_CLOSE, OPEN as MOL_OPEN
+from logos.decoding.chemistry import SmilesError, SmilesState
+from logos.util.records import InputError
 
 __all__ = ["TokenTable", "GrammarRows", "ChemistryRows"]
 
@@ -37,7 +37,7 @@ class TokenTable:
     """Per-token facts of a tokenizer: its text, which ids are specials, byte pieces or padding rows."""
 
     def __init__(self, tokenizer, vocab_rows: int):
-        from logos.grammar import special_tokens
+        from logos.language.grammar import special_tokens
 
         self.size, self.rows = len(tokenizer), vocab_rows
         pieces = tokenizer.convert_ids_to_tokens(list(range(self.size)))
@@ -77,7 +77,7 @@ def _lltokenizer(tokenizer, vocab_rows: int):
 
 def task_grammar(start: str, extra_rules: str = "") -> str:
     """The shipped grammar with ``start`` as its start rule and the task's extra rules appended."""
-    from logos.grammar import grammar_text
+    from logos.language.grammar import grammar_text
 
     return re.sub(r"(?m)^start:.*$", f"start: {start}", grammar_text()) + "\n" + extra_rules + "\n"
 

@@ -33,8 +33,8 @@ from typing import Iterable
 
 import gemmi
 
-from logos.materials.parse import composition_text, parse_composition
-from logos.materials.wyckoff import crystal_system, lattice_free, positions
+from logos.science.materials.parse import composition_text, parse_composition
+from logos.science.materials.wyckoff import crystal_system, lattice_free, positions
 
 __all__ = ["crystal_grammar_fragment", "crystal_task_rules", "crystal_grammar", "LENGTH_RANGE",
            "MONOCLINIC_BETA_RANGE", "TRICLINIC_ANGLE_RANGE", "ELEMENTS"]
@@ -109,7 +109,7 @@ def crystal_task_rules(space_groups: Iterable[int] | None = None, frac_digits: i
 def crystal_grammar(space_groups: Iterable[int] | None = None, frac_digits: int = 4,
                     composition: str | None = None) -> str:
     """The shipped grammar with ``start: task_crystal`` and :func:`crystal_task_rules` appended."""
-    from logos.grammar import grammar_text
+    from logos.language.grammar import grammar_text
     return re.sub(r"(?m)^start:.*$", "start: task_crystal", grammar_text()) + "\n" + \
         crystal_task_rules(space_groups, frac_digits, composition) + "\n"
 

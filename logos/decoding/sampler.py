@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from logos.generate.constraints import ChemistryRows, GrammarRows
+from logos.decoding.constraints import ChemistryRows, GrammarRows
 
 __all__ = ["Sampling", "RowResult", "StepStats", "sample_batch"]
 

@@ -21,8 +21,8 @@ from rdkit import Chem
 
 from logos.domains import molecule, textfiles
 from logos.domains.base import Domain, TextWriter, option
-from logos.grammar import split_symbols
-from logos.records import RecordError, WorkItem, plain_name
+from logos.language.grammar import split_symbols
+from logos.util.records import RecordError, WorkItem, plain_name
 
 NAME = "reaction"
 REACT, RETRO, REAGENT = "<React>", "<ReverseReact>", "<Reagent>"

@@ -35,7 +35,7 @@ from pathlib import Path
 import gemmi
 import numpy as np
 
-from logos.records import InputError, RecordError, open_text, plain_name, read_text_bytes
+from logos.util.records import InputError, RecordError, open_text, plain_name, read_text_bytes
 
 __all__ = [
     "IGNORED", "MIN_LIGAND_ATOMS", "Residue", "Chain", "Structure",

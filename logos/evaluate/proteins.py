@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from logos.evaluate import reference as ref
-from logos.records import InputError, RecordError
+from logos.util.records import InputError, RecordError
 
 __all__ = ["ProteinOptions", "SCHEMA_VERSION", "DEFINITIONS", "read_sequences", "load_set", "identity",
            "nearest_identity", "evaluate"]

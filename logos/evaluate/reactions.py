@@ -33,9 +33,9 @@ from pathlib import Path
 
 from rdkit import Chem
 
-from logos.chem import molecules_in_text
+from logos.science.chemistry import molecules_in_text
 from logos.evaluate.reference import jsonl_records, open_any
-from logos.records import InputError, RecordError, plain_name
+from logos.util.records import InputError, RecordError, plain_name
 
 __all__ = ["ReactionOptions", "Reaction", "SCHEMA_VERSION", "DEFINITIONS", "canonical_set", "read_reference",
            "read_predictions", "evaluate", "contamination"]

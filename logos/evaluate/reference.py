@@ -19,9 +19,10 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from logos.data import DATASETS, cache_dir, fetch
+from logos.data.datasets import DATASETS, fetch
+from logos.util.files import cache_dir
 from logos.evaluate.report import sha256_of
-from logos.records import InputError
+from logos.util.records import InputError
 
 __all__ = ["jsonl_records", "open_any", "resolve_reference", "cache_path", "cached_keys", "cached_array", "cached_json", "progress"]
 

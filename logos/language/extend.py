@@ -1,7 +1,7 @@
 """Continued pretraining from a base LLM: add the grammar symbols to its tokenizer and resize its model.
 
 Used by ``logos pretrain --init-from HF_DIR``. The base tokenizer is kept as it is, and every
-grammar symbol (``logos.grammar.special_tokens()``, in inventory order) that it does not already
+grammar symbol (``logos.language.grammar.special_tokens()``, in inventory order) that it does not already
 hold is added as a special token (``normalized=False``): base text tokenizes exactly as before,
 and each symbol is one id. Embeddings and an untied output head are resized (padded to a multiple
 of 64) and the new rows initialised.
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from logos.grammar import special_tokens
+from logos.language.grammar import special_tokens
 
 __all__ = ["extend_tokenizer", "extend_model", "load_extended", "grammar_tokenizer"]
 

@@ -21,7 +21,7 @@ import re
 
 import lark
 
-from logos.resources import GRAMMAR, shipped
+from logos.util.resources import GRAMMAR, shipped
 
 __all__ = ["GRAMMAR_VERSION", "READABLE_GRAMMARS", 
     "GRAMMAR_PATH",
@@ -38,7 +38,7 @@ __all__ = ["GRAMMAR_VERSION", "READABLE_GRAMMARS",
 GRAMMAR_VERSION = "v2"
 READABLE_GRAMMARS = ("v1", "v2")
 
-# grammar/logos.lark of the source checkout, or its copy inside an installed wheel (logos.resources).
+# grammar/logos.lark of the source checkout, or its copy inside an installed wheel (logos.util.resources).
 GRAMMAR_PATH = shipped(GRAMMAR)
 
 # A special token in the grammar file: a bare <...> outside quotes, regexes and comments.

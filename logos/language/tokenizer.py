@@ -3,7 +3,7 @@
 Choices (each measured on this project's CPU machines):
 
 - BPE, not unigram: the HF conversion reproduces SentencePiece's ids exactly for BPE.
-- Every grammar symbol (``logos.grammar.special_tokens()``, in id order) is a user-defined symbol,
+- Every grammar symbol (``logos.language.grammar.special_tokens()``, in id order) is a user-defined symbol,
   so it is one atomic piece that no merge crosses, and its id is fixed: ``<unk>``=0, ``<s>``=1,
   ``</s>``=2, ``<pad>``=3, then the grammar symbols in inventory order, then 256 byte-fallback
   pieces, then learned pieces. In the HF export the symbols are also registered as special added
@@ -26,8 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from logos.grammar import special_tokens
-from logos.records import read_records
+from logos.language.grammar import special_tokens
+from logos.util.records import read_records
 
 __all__ = ["build_tokenizer", "load_tokenizer", "SPECIALS"]
 

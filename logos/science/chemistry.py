@@ -11,8 +11,8 @@ import logging
 
 from rdkit import Chem, rdBase
 
-from logos.grammar import split_symbols
-from logos.records import RecordError
+from logos.language.grammar import split_symbols
+from logos.util.records import RecordError
 
 __all__ = ["OPEN", "CLOSE", "parse_smiles", "parse_molblock", "canonical_smiles", "span", "molecules_in_text",
            "is_smiles"]

@@ -2,7 +2,7 @@
 
 Sources: CIF files (every ``data_`` block), pymatgen JSON, or a CDVAE-style CSV (``material_id``,
 ``cif`` columns; Perov-5, Carbon-24, MP-20 as distributed). Each crystal is encoded canonically
-(:func:`logos.materials.text.encode_crystal`, composition header on); the prompt is the text up to
+(:func:`logos.science.materials.text.encode_crystal`, composition header on); the prompt is the text up to
 and including the composition header (``<CrystalS>Cl4Na4``), or up to the ``<sgN>`` tag with
 ``with_space_group``, and the completion is the rest. The group key is the reduced formula plus
 space group, so polymorph duplicates of one entry stay on one side of the split.
@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Iterator
 
-from logos.records import RecordError, open_text
+from logos.util.records import RecordError, open_text
 
 __all__ = ["csp_records", "split_crystal_text"]
 
@@ -40,15 +40,15 @@ def _crystals(path: Path) -> Iterator[tuple[str, str]]:
             for n, row in enumerate(csv.DictReader(fh), 2):
                 yield row.get("material_id") or f"line{n}", row.get("cif") or ""
     else:
-        from logos.materials.crystal import read_crystal_file
+        from logos.science.materials.crystal import read_crystal_file
 
         for item in read_crystal_file(path):
             yield item.id or item.source, item.payload
 
 
 def csp_records(path: Path, options, errors) -> Iterator[dict]:
-    from logos.materials.crystal import read_cif_block
-    from logos.materials.text import encode_crystal
+    from logos.science.materials.crystal import read_cif_block
+    from logos.science.materials.text import encode_crystal
 
     for ident, cif in _crystals(Path(path)):
         try:

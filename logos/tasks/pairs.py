@@ -1,6 +1,7 @@
 """Finetuning data: prompt -> completion pairs in the grammar, built from the files each task's users have.
 
-Every builder yields records ``{"id", "prompt", "completion", "domain": TASK, "group"}``: ``logos pack``
+The registry (:mod:`logos.tasks.registry`) names each task's builder; :func:`logos.tasks.build_pairs`
+runs it over a task's sources. Every builder yields records ``{"id", "prompt", "completion", "domain": TASK, "group"}``: ``logos pack``
 turns them into shards whose loss mask starts at the completion's first token (the end-of-sequence
 token after it is trained too, so the model learns to stop), and whose ``domain`` is the *task*, so a
 multitask recipe's ``train.mixture`` sets exact proportions per task. ``group`` keeps every variant of
@@ -33,12 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from logos.records import InputError, RecordError, open_text
+from logos.util.records import InputError, RecordError, open_text
 
-__all__ = ["PairOptions", "reaction_pairs", "split_pairs", "jsonl_pairs", "csp_pairs", "build_pairs", "TASK_BUILDERS",
-           "MARKERS"]
-
-MARKERS = {"pocket": "<Search>", "ligand": "<MoleculeS>", "mof": "<MetalE>"}
+__all__ = ["PairOptions", "reaction_pairs", "split_pairs", "jsonl_pairs", "csp_pairs"]
 
 
 @dataclass(frozen=True)
@@ -50,7 +48,7 @@ class PairOptions:
     """Randomized-SMILES variants per reaction besides the canonical one (reactions only)."""
     seed: int = 0
     marker: str | None = None
-    """``split`` builders: the symbol after which the completion starts (default per task, ``MARKERS``)."""
+    """``split`` builders: the symbol after which the completion starts (default: the task's ``marker``)."""
     with_space_group: bool = False
     """``csp``: the prompt also gives the space group."""
 
@@ -83,7 +81,7 @@ def _random_smiles(smiles: str, rng: random.Random) -> str:
 
 def reaction_pairs(path: Path, options: PairOptions, errors) -> Iterator[dict]:
     """Retro or forward pairs of every reaction in ``path`` (+ ``augment`` randomized variants each)."""
-    from logos.chem import span
+    from logos.science.chemistry import span
     from logos.domains.reaction import REACT, RETRO, parse_reaction
 
     rng = random.Random(options.seed)
@@ -109,7 +107,7 @@ def reaction_pairs(path: Path, options: PairOptions, errors) -> Iterator[dict]:
 
 def split_pairs(path: Path, options: PairOptions, errors) -> Iterator[dict]:
     """Records of ``logos tokenize`` output cut after the task's marker."""
-    marker = options.marker or MARKERS.get(options.task)
+    marker = options.marker
     if not marker:
         raise InputError(f"task {options.task!r} needs a marker to split records at (finetune.marker)")
     for n, rec in enumerate(_jsonl(path), 1):
@@ -136,7 +134,7 @@ def jsonl_pairs(path: Path, options: PairOptions, errors) -> Iterator[dict]:
 
 def csp_pairs(path: Path, options: PairOptions, errors) -> Iterator[dict]:
     """Composition (+ space group) -> crystal, from CIFs or a CDVAE CSV (``cif`` column) via the crystal encoder."""
-    from logos.finetune.crystals import csp_records
+    from logos.tasks.crystal_pairs import csp_records
 
     yield from csp_records(path, options, errors)
 
@@ -152,22 +150,3 @@ def _jsonl(path: Path) -> Iterator[dict]:
                 if isinstance(rec, dict) and "format" in rec and "text" not in rec and "prompt" not in rec:
                     continue  # a logos header line
                 yield rec
-
-
-TASK_BUILDERS = {"retro": reaction_pairs, "forward": reaction_pairs, "pocket": split_pairs, "ligand": split_pairs,
-                 "mof": split_pairs, "csp": csp_pairs, "pairs": jsonl_pairs}
-
-
-def build_pairs(sources: list[Path], options: PairOptions, out: Path, errors, builder: str | None = None,
-                append: bool = False) -> int:
-    """Write (or ``append``) the pairs of every source to ``out`` (JSONL); the count written."""
-    build = TASK_BUILDERS.get(builder or options.task)
-    if build is None:
-        raise InputError(f"no data builder for task {options.task!r} (known: {', '.join(TASK_BUILDERS)})")
-    count = 0
-    with open(out, "a" if append else "w") as fh:
-        for source in sources:
-            for rec in build(Path(source), options, errors):
-                fh.write(json.dumps(rec) + "\n")
-                count += 1
-    return count

@@ -1,21 +1,7 @@
-"""Generation tasks: what each task prompts with, which grammar and constraints it decodes under, where it stops.
+"""Prompts of each task: from the user's input files (or none) to the grammar text before the completion.
 
-| task | prompt | completion (grammar) | stops at |
-|---|---|---|---|
-| ``molecule`` | ``<MoleculeS>`` | SMILES | ``<MoleculeE>`` |
-| ``forward`` | reactant spans ``<React>`` | product spans | end of sequence |
-| ``retro`` (``reaction``) | product span ``<ReverseReact>`` | reactant spans [``<Reagent>`` agents] | end of sequence |
-| ``protein``, ``antibody`` | ``<ProteinS>`` / ``<AntibodyS>`` | the 20 standard amino acids | the closing tag |
-| ``pocket`` | chains ``<Search>`` | the same chains, residue for residue, with pocket marks | end of sequence |
-| ``ligand`` | chains with pocket marks | a molecule span | ``<MoleculeE>`` |
-| ``crystal`` | ``<CrystalS>`` [composition, space group] | the crystal body | ``<CrystalE>`` |
-| ``mof`` | ``<MaterialS><MetalS>`` [node ``<MetalE>``] | a node formula of real elements, linker spans | ``<MaterialE>`` |
-
-Every molecule span a task writes (molecules, reactants, products, ligands, linkers) decodes under
-the chemistry constraint. The binding-site search grammar is built per request: the output side
-must spell the input sequence exactly, only pocket marks are free. These formats are the released
-LOGOS checkpoints' formats (``<MoleculeS>p<MoleculeE><ReverseReact>``, ``<ProteinS>seq<ProteinE><Search>``,
-``<MaterialS>``), so any causal LM whose tokenizer holds the tags runs them unchanged.
+The builders are named by the tasks of :mod:`logos.tasks.registry`; each returns ``(prompt, samples)``
+pairs: ``n`` samples in all for an unconditional task, ``n`` per input for a conditional one.
 """
 
 from __future__ import annotations
@@ -25,56 +11,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from logos.chem import canonical_smiles, parse_smiles, span
-from logos.grammar import special_tokens
-from logos.records import InputError, RecordError, plain_name
+from logos.science.chemistry import canonical_smiles, parse_smiles, span
+from logos.util.records import InputError, RecordError, plain_name
 
-__all__ = ["Task", "TASKS", "Prompt", "build_prompts"]
-
-AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
-ELEMENTS = ("H He Li Be B C N O F Ne Na Mg Al Si P S Cl Ar K Ca Sc Ti V Cr Mn Fe Co Ni Cu Zn Ga Ge As Se Br Kr Rb Sr "
-            "Y Zr Nb Mo Tc Ru Rh Pd Ag Cd In Sn Sb Te I Xe Cs Ba La Ce Pr Nd Pm Sm Eu Gd Tb Dy Ho Er Tm Yb Lu Hf Ta W Re "
-            "Os Ir Pt Au Hg Tl Pb Bi Po At Rn Fr Ra Ac Th Pa U Np Pu Am Cm Bk Cf Es Fm Md No Lr").split()
-
-
-@dataclass(frozen=True)
-class Task:
-    name: str
-    start: str                       # grammar start rule
-    stop: str                        # a closing tag, or "eos"
-    symbols: frozenset[str]          # grammar symbols the completion may write
-    chemistry: bool = True           # molecule spans decode under the chemistry constraint
-    conditional: bool = False        # needs --input; answers are ranked per input
-    rules: str = ""                  # grammar rules added to the shipped grammar
-    budget: int = 96                 # default length budget (new tokens)
-
-
-_MOL = frozenset({"<MoleculeS>", "<MoleculeE>"})
-_CRYSTAL_SYMBOLS = frozenset(t for t in special_tokens() if re.fullmatch(r"<(sg\d+|w[a-zA-Z])>", t))
-_NODE = "(" + "|".join(sorted(ELEMENTS, key=len, reverse=True)) + r")[0-9]*"
-TASKS: dict[str, Task] = {t.name: t for t in (
-    Task("molecule", "task_molecule", "<MoleculeE>", frozenset({"<MoleculeE>"}),
-         rules="task_molecule: molecule"),
-    Task("forward", "task_forward", "eos", _MOL, conditional=True, budget=128,
-         rules="task_forward: molecules op_react molecules"),
-    Task("retro", "task_retro", "eos", _MOL | {"<Reagent>"}, conditional=True, budget=128,
-         rules="task_retro: molecules op_reverse_react molecules (op_reagent molecules)?"),
-    Task("protein", "task_protein", "<ProteinE>", frozenset({"<ProteinE>"}), chemistry=False, budget=512,
-         rules=f"task_protein: protein_open AMINO_ACIDS protein_close\nAMINO_ACIDS: /[{AMINO_ACIDS}]+/"),
-    Task("antibody", "task_antibody", "<AntibodyE>", frozenset({"<AntibodyE>"}), chemistry=False, budget=256,
-         rules=f"task_antibody: antibody_open AMINO_ACIDS antibody_close\nAMINO_ACIDS: /[{AMINO_ACIDS}]+/"),
-    Task("pocket", "task_pocket", "eos", frozenset({"<ProteinS>", "<ProteinE>", "<PocketS>", "<PocketE>",
-                                                   "<AntibodyS>", "<AntibodyE>"}),
-         chemistry=False, conditional=True, budget=0),  # rules: per request (the copied sequence)
-    Task("ligand", "task_ligand", "<MoleculeE>", _MOL, conditional=True, budget=96,
-         rules="task_ligand: chains molecule"),
-    Task("crystal", "task_crystal", "<CrystalE>", frozenset({"<CrystalE>", "<Occ>"}) | _CRYSTAL_SYMBOLS,
-         chemistry=False, budget=256),  # rules: per request (logos.materials.constraint, grammar v2)
-    Task("mof", "task_mof", "<MaterialE>", _MOL | {"<MetalE>", "<MaterialE>"}, budget=256,
-         rules=f"task_mof: material_open metal_open MOF_NODE metal_close molecules material_close\n"
-               f"MOF_NODE: /{_NODE}({_NODE})*(\\{{[123]D\\}})?(\\.{_NODE}({_NODE})*(\\{{[123]D\\}})?)*/"),
-)}
-TASKS["reaction"] = TASKS["retro"]  # the 0.1 name of retrosynthesis
+__all__ = ["Prompt", "build_prompts", "head_prompts", "reaction_prompts", "chain_prompts", "crystal_prompts",
+           "search_rules"]
 
 
 @dataclass
@@ -88,7 +29,7 @@ class Prompt:
 
 def _lines(path: Path) -> list[tuple[str, str]]:
     """(id, first field) of each non-empty line of a SMILES-like file; ids are the names or line numbers."""
-    from logos.records import open_text
+    from logos.util.records import open_text
 
     out = []
     with open_text(path) as fh:
@@ -103,12 +44,14 @@ def _canonical_set(smiles: str) -> list[str]:
     return sorted(canonical_smiles(parse_smiles(s)) for s in smiles.split(".") if s)
 
 
-def _reaction_prompts(task: Task, path: Path, errors) -> list[Prompt]:
+def reaction_prompts(task, path: Path, n: int, errors, direction: str) -> list[tuple[Prompt, int]]:
+    """``forward``: reactants (the left side of a reaction SMILES, or a whole line) -> ``<React>``; ``retro``: the
+    product (the right side, or the whole line) -> ``<ReverseReact>``. Molecules canonical and sorted."""
     from logos.domains.reaction import REACT, RETRO
 
     prompts = []
     for ident, value in _lines(path):
-        side = value.split(">")[0] if task.name == "forward" and ">" in value else \
+        side = value.split(">")[0] if direction == "forward" and ">" in value else \
             value.split(">")[-1] if ">" in value else value
         try:
             mols = _canonical_set(side)
@@ -118,8 +61,8 @@ def _reaction_prompts(task: Task, path: Path, errors) -> list[Prompt]:
         if not mols:
             errors.add(f"{path}:{ident}", "no molecule")
             continue
-        op = REACT if task.name == "forward" else RETRO
-        prompts.append(Prompt(ident, "".join(span(m) for m in mols) + op))
+        op = REACT if direction == "forward" else RETRO
+        prompts.append((Prompt(ident, "".join(span(m) for m in mols) + op), n))
     return prompts
 
 
@@ -129,7 +72,7 @@ def _chains_of(path: Path) -> list[tuple[str, list[str], str]]:
 
     name = plain_name(path)
     if name.endswith(".jsonl"):
-        from logos.records import read_records
+        from logos.util.records import read_records
 
         out = []
         for rec in read_records(path):
@@ -141,7 +84,7 @@ def _chains_of(path: Path) -> list[tuple[str, list[str], str]]:
     if name.endswith((".fasta", ".fa", ".faa", ".fas")):
         from Bio import SeqIO
 
-        from logos.records import open_text
+        from logos.util.records import open_text
 
         with open_text(path) as fh:
             return [(rec.id, [str(rec.seq).upper()], "") for rec in SeqIO.parse(fh, "fasta")]
@@ -163,7 +106,7 @@ def search_rules(chains: list[str]) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _crystal_rules(space_group: int | None, composition: str | None) -> str:
-    from logos.materials.constraint import crystal_task_rules
+    from logos.decoding.crystal_rules import crystal_task_rules
 
     rules = crystal_task_rules([space_group] if space_group else None, 4, composition)
     if composition is not None:  # sites may only name the composition's elements
@@ -183,12 +126,12 @@ def _formula(text: str) -> dict[str, float]:
     return counts
 
 
-def _crystal_prompts(inputs: Path | None, n: int, errors) -> list[tuple[Prompt, int]]:
+def crystal_prompts(task, inputs: Path | None, n: int, errors) -> list[tuple[Prompt, int]]:
     """Unconditional crystals, or one prompt per input line ``FORMULA [SPACE_GROUP] [ID]`` (the conventional
     cell's formula, e.g. ``Na4Cl4 225``, written canonically as ``Cl4Na4``): crystal structure prediction.
     ``-`` in place of the space group leaves it to the model and lets a numeric ID follow (``Cl4Na4 - 3961``)."""
-    from logos.materials.parse import composition_text
-    from logos.records import open_text
+    from logos.science.materials.parse import composition_text
+    from logos.util.records import open_text
 
     if inputs is None:
         return [(Prompt("gen", "<CrystalS>", _crystal_rules(None, None)), n)]
@@ -213,26 +156,22 @@ def _crystal_prompts(inputs: Path | None, n: int, errors) -> list[tuple[Prompt, 
     return out
 
 
-def build_prompts(task: Task, inputs: Path | None, n: int, errors) -> list[tuple[Prompt, int]]:
-    """(prompt, samples) pairs: ``n`` in all for unconditional tasks, ``n`` per input for conditional ones."""
-    if task.conditional and inputs is None:
-        raise InputError(f"--task {task.name} needs --input")
-    if not task.conditional:
-        head = {"molecule": "<MoleculeS>", "protein": "<ProteinS>", "antibody": "<AntibodyS>",
-                "crystal": "<CrystalS>", "mof": "<MaterialS><MetalS>"}[task.name]
-        if task.name == "crystal":
-            return _crystal_prompts(inputs, n, errors)
-        if inputs is None:
-            return [(Prompt("gen", head), n)]
-        return [(Prompt(ident, head + value), n) for ident, value in _lines(inputs)]  # metal nodes
-    if task.name in ("forward", "retro"):
-        return [(p, n) for p in _reaction_prompts(task, inputs, errors)]
+def head_prompts(task, inputs: Path | None, n: int, errors, head: str) -> list[tuple[Prompt, int]]:
+    """The task's opening tags, or one prompt per input line appended to them (e.g. MOF metal nodes)."""
+    if inputs is None:
+        return [(Prompt("gen", head), n)]
+    return [(Prompt(ident, head + value), n) for ident, value in _lines(inputs)]
+
+
+def chain_prompts(task, inputs: Path, n: int, errors, form: str) -> list[tuple[Prompt, int]]:
+    """``search`` (binding-site search): the chains then ``<Search>``, the answer must copy them (the per-request
+    grammar); ``marked`` (ligand design): the chains with their pocket marks."""
     out = []
     for ident, chains, marked in _chains_of(inputs):
         if not chains:
             errors.add(f"{inputs}:{ident}", "no protein chain")
             continue
-        if task.name == "pocket":
+        if form == "search":
             text = "".join(f"<ProteinS>{s}<ProteinE>" for s in chains) + "<Search>"
             out.append((Prompt(ident, text, search_rules(chains)), n))
         elif not marked or "<PocketS>" not in marked:
@@ -241,3 +180,11 @@ def build_prompts(task: Task, inputs: Path | None, n: int, errors) -> list[tuple
         else:
             out.append((Prompt(ident, marked), n))
     return out
+
+
+def build_prompts(task, inputs: Path | None, n: int, errors) -> list[tuple[Prompt, int]]:
+    """(prompt, samples) pairs of ``task`` (a :class:`logos.tasks.registry.Task`): ``n`` in all for unconditional
+    tasks, ``n`` per input for conditional ones."""
+    if task.conditional and inputs is None:
+        raise InputError(f"--task {task.name} needs --input")
+    return task.prompts(task, inputs, n, errors)

@@ -95,7 +95,7 @@ def ds_config(recipe: Recipe, world_size: int, gpu: bool | None = None) -> dict:
 
 def _read_ds_json(name: str) -> dict:
     """A DeepSpeed JSON: a user path, else the shipped file of that name (``pretrain/ds_zero2.json``)."""
-    from logos.resources import resolve
+    from logos.util.resources import resolve
 
     try:
         path = resolve(name)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from logos.grammar import GRAMMAR_VERSION  # recorded in every export
+from logos.language.grammar import GRAMMAR_VERSION  # recorded in every export
 
 __all__ = ["export_hf", "export_run", "load_run_info", "GRAMMAR_VERSION"]
 
@@ -77,8 +77,8 @@ def export_run(run_dir: Path, out: Path, tag: str | None = None) -> Path:
     """Export checkpoint ``tag`` (default: the latest) of a training run directory as an HF directory."""
     from transformers import AutoConfig
 
-    from logos.records import InputError
-    from logos.resources import resolve
+    from logos.util.records import InputError
+    from logos.util.resources import resolve
     from logos.train.recipe import load_recipe
 
     run_dir = Path(run_dir)

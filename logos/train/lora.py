@@ -37,7 +37,7 @@ def lora_for_run(model, recipe, tokenizer_dir):
     """``model`` with the recipe's ``lora`` section applied; the run's tokenizer names the symbol rows."""
     from transformers import AutoTokenizer
 
-    from logos.grammar import special_tokens
+    from logos.language.grammar import special_tokens
     from logos.train.recipe import ConfigError
 
     if recipe.train.zero_stage == 3:

@@ -185,7 +185,7 @@ class TrainConfig:
     save (the partial checkpoint is removed either way; the previous one stays the resume point)."""
     init_from: str | None = None
     """Continued pretraining: a local Llama/Qwen3 Hugging Face directory whose tokenizer gains the grammar
-    symbols and whose embeddings are resized (``logos.extend``); ``model`` then only names the architecture."""
+    symbols and whose embeddings are resized (``logos.language.extend``); ``model`` then only names the architecture."""
 
     def __post_init__(self):
         self.betas = tuple(float(b) for b in self.betas)
@@ -223,7 +223,7 @@ class TrainConfig:
 
 @dataclass
 class LoraConfig:
-    """LoRA finetuning (``peft``; :mod:`logos.finetune.lora`): adapters on every projection, symbol rows trainable."""
+    """LoRA finetuning (``peft``; :mod:`logos.train.lora`): adapters on every projection, symbol rows trainable."""
 
     rank: int = 16
     alpha: float = 32.0
@@ -338,7 +338,7 @@ def recipe_from_dict(data: dict, overrides: list[str] = ()) -> Recipe:
 def load_recipe(path: Path, overrides: list[str] = ()) -> Recipe:
     """Read a YAML recipe (a user path, else a shipped one such as ``pretrain/tiny.yaml``) and apply
     ``section.key=value`` overrides (values parsed as YAML)."""
-    from logos.resources import ResourceNotFound, resolve
+    from logos.util.resources import ResourceNotFound, resolve
 
     try:
         path = resolve(path)

@@ -44,7 +44,7 @@ DEFAULT_TOKENIZER = "tokenizers/default"
 DEFAULT_CHECKPOINT = "checkpoints/tiny-moses"
 """The shipped Hugging Face checkpoint (``logos generate --checkpoint``)."""
 
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parent.parent  # logos/ (this module is logos/util/resources.py)
 _INSTALLED = _PACKAGE / "_shipped"  # written by setup.py's build_py into wheels
 _CHECKOUT = _PACKAGE.parent  # the repository root of a source checkout / editable install
 

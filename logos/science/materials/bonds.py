@@ -18,8 +18,8 @@ from typing import Iterable
 import gemmi
 import numpy as np
 
-from logos.materials.crystal import MIN_DISTANCE, Crystal, periodic_images
-from logos.records import RecordError
+from logos.science.materials.crystal import MIN_DISTANCE, Crystal, periodic_images
+from logos.util.records import RecordError
 
 DEFAULT_BOND_TOLERANCE = 0.4
 NON_METALS = frozenset("H He B C N O F Ne Si P S Cl Ar As Se Br Kr Te I Xe At Rn".split())

@@ -22,8 +22,8 @@ import itertools
 
 import numpy as np
 
-from logos.materials.symmetry import space_group_operations
-from logos.materials.wyckoff import LETTERS, positions
+from logos.science.materials.symmetry import space_group_operations
+from logos.science.materials.wyckoff import LETTERS, positions
 
 METRIC_TOLERANCE = 1e-4  # relative
 GRID = 24

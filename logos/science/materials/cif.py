@@ -15,8 +15,8 @@ import gemmi
 import numpy as np
 import spglib
 
-from logos.materials.crystal import Crystal
-from logos.materials.symmetry import first_hall_number, orbit, quiet_spglib, space_group_operations
+from logos.science.materials.crystal import Crystal
+from logos.science.materials.symmetry import first_hall_number, orbit, quiet_spglib, space_group_operations
 
 __all__ = ["crystal_to_cif", "cif_name", "formula_sum", "symop_xyz"]
 

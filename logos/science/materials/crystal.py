@@ -23,7 +23,7 @@ from typing import Iterator
 import gemmi
 import numpy as np
 
-from logos.records import InputError, RecordError, WorkItem, open_text, plain_name
+from logos.util.records import InputError, RecordError, WorkItem, open_text, plain_name
 
 CIF_SUFFIXES = (".cif",)
 JSON_SUFFIXES = (".json",)

@@ -4,7 +4,7 @@
 
 1. The unit cell is read as for crystals (gemmi; stated symmetry applied). Partially occupied or
    overlapping atoms (closer than 0.5 Angstrom) are an error.
-2. Bonds under periodic boundaries: :mod:`logos.materials.bonds` (covalent radii + ``--bond-tolerance``,
+2. Bonds under periodic boundaries: :mod:`logos.science.materials.bonds` (covalent radii + ``--bond-tolerance``,
    at most the element's usual number of bonds between non-metals).
 3. Metals are every element except H, noble gases and the non-metals/metalloids
    B C N O F Si P S Cl As Se Br Te I At. All metal-non-metal bonds are cut; the connected
@@ -43,11 +43,11 @@ import numpy as np
 from rdkit import Chem
 from rdkit.Chem import rdDetermineBonds
 
-from logos.chem import CLOSE as MOL_CLOSE, OPEN as MOL_OPEN, canonical_smiles, molecules_in_text, parse_smiles
-from logos.grammar import split_symbols
-from logos.materials.bonds import DEFAULT_BOND_TOLERANCE, NON_METALS, components, periodic_bonds
-from logos.materials.crystal import Crystal
-from logos.records import RecordError
+from logos.science.chemistry import CLOSE as MOL_CLOSE, OPEN as MOL_OPEN, canonical_smiles, molecules_in_text, parse_smiles
+from logos.language.grammar import split_symbols
+from logos.science.materials.bonds import DEFAULT_BOND_TOLERANCE, NON_METALS, components, periodic_bonds
+from logos.science.materials.crystal import Crystal
+from logos.util.records import RecordError
 
 OPEN, CLOSE, METAL_OPEN, METAL_CLOSE = "<MaterialS>", "<MaterialE>", "<MetalS>", "<MetalE>"
 CHARGES = (0, -1, -2, -3, -4, -5, -6, 1, 2)

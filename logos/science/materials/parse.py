@@ -7,7 +7,7 @@ problem (and the offset in the crystal span where it is a syntax error), never a
 
 The two forms are told apart by the character after ``<sgN>``: a space in v1 (six lattice numbers,
 three coordinates per site, no composition header), a digit in v2 (the free lattice parameters and
-each position's free coordinates, :mod:`logos.materials.text`). The returned Crystal holds one site
+each position's free coordinates, :mod:`logos.science.materials.text`). The returned Crystal holds one site
 per written site: in v2 placed exactly on its Wyckoff position (the first triplet), in v1 as
 written; ``meta`` has ``grammar`` ('v1' or 'v2') and ``composition`` (the header's counts, or None).
 """
@@ -19,9 +19,9 @@ import re
 import gemmi
 import numpy as np
 
-from logos.materials.crystal import Crystal, Site
-from logos.materials.wyckoff import crystal_system, full_lattice, position
-from logos.records import RecordError
+from logos.science.materials.crystal import Crystal, Site
+from logos.science.materials.wyckoff import crystal_system, full_lattice, position
+from logos.util.records import RecordError
 
 OPEN, CLOSE, OCC = "<CrystalS>", "<CrystalE>", "<Occ>"
 COMPOSITION_TOLERANCE = 0.002  # atoms: header counts have 3 decimals

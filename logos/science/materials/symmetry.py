@@ -22,8 +22,8 @@ import warnings
 import numpy as np
 import spglib
 
-from logos.materials.crystal import Crystal, Site
-from logos.records import RecordError
+from logos.science.materials.crystal import Crystal, Site
+from logos.util.records import RecordError
 
 DEFAULT_SYMPREC = 0.01
 DEFAULT_ANGLE_TOLERANCE = 5.0

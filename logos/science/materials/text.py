@@ -10,7 +10,7 @@ Canonical form (v2), written by :func:`encode_crystal`::
   (``Cl4Na4``; a fractional count from partial occupancy has up to 3 decimals, ``Fe1.5``). It is a
   prompt for crystal structure prediction; the parser checks it against the sites.
 - ``<sgN>`` then, with NO space after the tag (which tells v2 from v1, see below), only the lattice
-  parameters the crystal system leaves free (:func:`~logos.materials.wyckoff.lattice_free`: cubic a;
+  parameters the crystal system leaves free (:func:`~logos.science.materials.wyckoff.lattice_free`: cubic a;
   tetragonal, trigonal and hexagonal a c - rhombohedral groups on hexagonal axes, as spglib
   standardizes them; orthorhombic a b c; monoclinic a b c beta, unique axis b; triclinic all six),
   of spglib's standardized conventional cell: lengths 3 decimals (Angstrom), angles 2 (degrees).
@@ -19,11 +19,11 @@ Canonical form (v2), written by :func:`encode_crystal`::
   (one site per species of a disordered position, same letter and coordinates).
 - Representative: of the orbit's atoms in the standardized cell, the one whose rounded free
   coordinates sort first; and of the descriptions that the space group's normalizer gives (other
-  origins, axis signs and swaps of equal axes, :mod:`logos.materials.canonical`), the one whose
+  origins, axis signs and swaps of equal axes, :mod:`logos.science.materials.canonical`), the one whose
   sorted site list is smallest, so the text does not depend on the cell, origin or setting the
   crystal was read in. Sites sorted by Wyckoff letter (a..z, A), atomic number, free coordinates, occupancy.
 - Setting: spglib's first Hall number of the group (origin choice 1 where there are two); the
-  positions come from pyxtal's tables (:mod:`logos.materials.wyckoff`). The decoder places each
+  positions come from pyxtal's tables (:mod:`logos.science.materials.wyckoff`). The decoder places each
   site on its position exactly (first triplet) and the orbit follows from the group: the
   multiplicity is the letter's by construction.
 
@@ -38,7 +38,7 @@ Precision: with 4 decimals a coordinate is off by at most 0.00005 of a cell edge
 
 v1 text (``<CrystalS><sgN> a b c alpha beta gamma El<wX> x y z ...``, a space after the tag, six
 lattice numbers, three coordinates per site) still parses and decodes (snapped onto the special
-positions as before); :func:`convert_v1` rewrites it as v2. Parsing is in :mod:`logos.materials.parse`.
+positions as before); :func:`convert_v1` rewrites it as v2. Parsing is in :mod:`logos.science.materials.parse`.
 """
 
 from __future__ import annotations
@@ -46,12 +46,12 @@ from __future__ import annotations
 import gemmi
 import numpy as np
 
-from logos.materials.canonical import canonical_sites
-from logos.materials.crystal import MIN_DISTANCE, Crystal, lattice_parameters, periodic_images, position_groups
-from logos.materials.parse import CLOSE, OCC, OPEN, composition_text, parse_crystal_text
-from logos.materials.symmetry import DEFAULT_ANGLE_TOLERANCE, DEFAULT_SYMPREC, expand, symmetry_dataset
-from logos.materials.wyckoff import LETTERS, lattice_free, position
-from logos.records import RecordError
+from logos.science.materials.canonical import canonical_sites
+from logos.science.materials.crystal import MIN_DISTANCE, Crystal, lattice_parameters, periodic_images, position_groups
+from logos.science.materials.parse import CLOSE, OCC, OPEN, composition_text, parse_crystal_text
+from logos.science.materials.symmetry import DEFAULT_ANGLE_TOLERANCE, DEFAULT_SYMPREC, expand, symmetry_dataset
+from logos.science.materials.wyckoff import LETTERS, lattice_free, position
+from logos.util.records import RecordError
 
 LENGTH_DIGITS, ANGLE_DIGITS, DEFAULT_FRAC_DIGITS, OCC_DIGITS = 3, 2, 4, 3
 MERGE_TOLERANCE = 0.01  # Angstrom: atoms closer than this share one position (disorder)
@@ -186,5 +186,5 @@ def decode_text(text: str) -> Crystal:
 
 def convert_v1(text: str, frac_digits: int = DEFAULT_FRAC_DIGITS, composition: bool = True) -> str:
     """A v1 crystal text rewritten as canonical v2 text (decoded to its unit cell and encoded again)."""
-    from logos.materials.symmetry import unit_cell
+    from logos.science.materials.symmetry import unit_cell
     return encode_crystal(unit_cell(decode_text(text)), frac_digits=frac_digits, composition=composition)

@@ -16,7 +16,7 @@ A crystal text is checked four ways (each independent, each with a reason when i
 - space-group consistency: spglib, at ``SYMPREC`` = 0.1 Angstrom, finds the stated space group in
   the expanded cell;
 - multiplicity consistency: every written Wyckoff letter exists in the stated group and its
-  multiplicity (International Tables, :mod:`logos.materials.wyckoff`) equals the number of atoms
+  multiplicity (International Tables, :mod:`logos.science.materials.wyckoff`) equals the number of atoms
   the site expands to, so the written letters reproduce the composition. In v2 text a site is
   placed on its position by construction, so this fails only where free coordinates put it on a
   more special position by chance (``Cl<we> 0.0000`` in Fm-3m: 24e on 4a); a letter the group
@@ -39,14 +39,14 @@ from typing import Iterable
 import numpy as np
 import spglib
 
-from logos.chem import parse_smiles
-from logos.grammar import GrammarError, validate
-from logos.materials.crystal import MIN_DISTANCE, Crystal, periodic_images, position_groups
-from logos.materials.framework import METAL_OPEN, OPEN as MOF_OPEN, parse_mof_text
-from logos.materials.symmetry import expand, quiet_spglib, unit_cell
-from logos.materials.text import OPEN as CRYSTAL_OPEN, parse_crystal_text
-from logos.materials.wyckoff import multiplicity
-from logos.records import RecordError, read_records
+from logos.science.chemistry import parse_smiles
+from logos.language.grammar import GrammarError, validate
+from logos.science.materials.crystal import MIN_DISTANCE, Crystal, periodic_images, position_groups
+from logos.science.materials.framework import METAL_OPEN, OPEN as MOF_OPEN, parse_mof_text
+from logos.science.materials.symmetry import expand, quiet_spglib, unit_cell
+from logos.science.materials.text import OPEN as CRYSTAL_OPEN, parse_crystal_text
+from logos.science.materials.wyckoff import multiplicity
+from logos.util.records import RecordError, read_records
 
 __all__ = ["CrystalValidity", "check_crystal", "validity_report", "structural_validity", "compositional_validity",
            "space_group_consistency", "multiplicity_consistency", "cdvae_compositional_validity", "summarize", "mof_validity", "known_nodes",

@@ -7,7 +7,7 @@ positions general first (letter ``a`` last), each a list of coordinate triplets 
 ``'x, x+1/2, -z'`` (International Tables, conventional cell, centering translations included).
 
 Setting. Every position is stated in the setting of the space group's *first Hall number* in
-spglib's table - the setting spglib standardizes into and the one :mod:`logos.materials.symmetry`
+spglib's table - the setting spglib standardizes into and the one :mod:`logos.science.materials.symmetry`
 expands with. pyxtal's tables use the same axes and cells (monoclinic unique axis b, cell choice 1;
 rhombohedral groups on hexagonal axes) but origin choice 2 for the 24 groups with two origins, where
 spglib's first Hall number is origin choice 1; those positions are shifted by ``ORIGIN_SHIFT[sg]``
