@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent / "logos"
 # top -> bottom; a tuple is a layer of independent sibling packages
 LAYERS: list[tuple[str, ...]] = [
     ("cli",),
+    ("api",),
     ("finetune",),
     ("generate", "evaluate"),
     ("tasks",),

@@ -300,10 +300,16 @@ def _errors_name(output: str) -> str:
     return str(errors_path_for(Path(output)))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
+    """The argument parser. ``command``: the subcommand whose flags are needed (``*``: all of them; None: only
+    the list of subcommands, for ``logos --help``): the encoders' flags import the domains, and with them
+    RDKit, gemmi and spglib, only when ``tokenize`` is being parsed."""
     from logos import __version__, tasks
-    from logos.domains import DOMAINS
-    from logos.domains.base import add_option_arguments
+
+    full = command in ("*", "tokenize")
+    if full:
+        from logos.domains import DOMAINS
+        from logos.domains.base import add_option_arguments
 
     parser = argparse.ArgumentParser(prog="logos", description=__doc__.split("\n")[0],
                                      epilog="Exit status: 0 ok; 1 some records rejected (good ones written); 2 usage error.")
@@ -315,7 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tokenize", help="scientific files -> grammar-text JSONL")
     p.add_argument("inputs", nargs="+", metavar="FILE")
     p.add_argument("-o", "--output", required=True, metavar="OUT.jsonl")
-    p.add_argument("--domain", choices=sorted(DOMAINS), help="domain of every input (default: from each file)")
+    p.add_argument("--domain", choices=sorted(DOMAINS) if full else None,
+                   help="domain of every input (default: from each file)")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="isolated encoder processes (default 1; 0: in this process, a library crash ends the run)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S",
@@ -325,7 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-mb", type=float, default=200.0, metavar="MB",
                    help="skip structure and crystal files larger than this (default 200; 0: no limit)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    add_option_arguments(p, DOMAINS.values())
+    if full:
+        add_option_arguments(p, DOMAINS.values())
     p.set_defaults(func=_cmd_tokenize)
 
     p = sub.add_parser("detokenize", help="grammar-text JSONL -> .smi/.sdf/.rsmi/.cif/.json (by the output suffix)")
@@ -477,8 +485,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_of(argv: list[str]) -> str | None:
+    """The subcommand named in ``argv`` (the first argument that is neither an option nor its value), None when
+    there is none (``logos --help``)."""
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in ("--local_rank", "--local-rank"):
+            skip = True
+        elif not a.startswith("-"):
+            return a
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
     try:
         return args.func(args)

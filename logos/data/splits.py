@@ -65,10 +65,9 @@ def group_key(record: dict) -> str:
 @functools.lru_cache(maxsize=65536)
 def _canonical(smiles: str) -> str:
     """Canonical SMILES when RDKit reads it (randomized reaction SMILES group with their canonical form)."""
-    from rdkit import Chem
+    from logos.science.chemistry import canonical
 
-    mol = Chem.MolFromSmiles(smiles)
-    return Chem.MolToSmiles(mol) if mol is not None else smiles
+    return canonical(smiles) or smiles
 
 
 def split_of(key: str, seed: int, validation: float, test: float = 0.0) -> str:

@@ -28,7 +28,7 @@ from logos.evaluate import reference as ref
 from logos.language.grammar import GrammarError, validate
 from logos.science.materials.framework import encode_framework, parse_mof_text
 from logos.science.materials.validity import mof_validity
-from logos.util.records import InputError, RecordError
+from logos.util.records import RecordError
 
 __all__ = ["SCHEMA_VERSION", "DEFINITIONS", "MofCorpus", "connection_points", "mof_key", "read_texts", "load_corpus",
            "evaluate"]

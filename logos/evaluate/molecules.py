@@ -42,7 +42,7 @@ from rdkit import Chem, DataStructs, RDConfig
 from rdkit.Chem import Crippen, Descriptors, rdFingerprintGenerator
 from rdkit.Chem.QED import qed as _qed
 
-from logos.science.chemistry import canonical_smiles, molecules_in_text, parse_smiles
+from logos.science.chemistry import canonical, canonical_smiles, molecules_in_text, parse_smiles
 from logos.evaluate import reference as ref
 from logos.util.records import InputError, RecordError, open_text, plain_name
 
@@ -86,16 +86,6 @@ class MoleculeOptions:
 
 
 # ---------------------------------------------------------------- reading
-def canonical(smiles: str | None) -> str | None:
-    """RDKit canonical isomeric SMILES, or None when RDKit cannot parse it."""
-    if not smiles:
-        return None
-    try:
-        return canonical_smiles(parse_smiles(smiles))
-    except RecordError:
-        return None
-
-
 def read_molecules(path: Path) -> list[str | None]:
     """Raw SMILES per record of ``.smi``/``.txt``/``.csv``/``.sdf``/``.jsonl`` (None: an unreadable record)."""
     path = Path(path)

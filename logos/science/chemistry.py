@@ -1,5 +1,11 @@
-"""RDKit molecule helpers shared by the domains, materials and generation: parsing with RDKit's own reason,
-canonical SMILES, and molecule spans of grammar text.
+"""RDKit molecule helpers shared by every layer above: parsing with RDKit's own reason, the one canonical
+SMILES, and molecule spans of grammar text.
+
+**Canonical SMILES** means one thing everywhere (tokenization, splits, generation's merging of equal
+answers, finetuning pairs and metrics, evaluation): RDKit's canonical isomeric SMILES iterated to a
+fixed point. RDKit's output is not always a fixed point of parse-and-write (some ring stereo and
+aromatic systems change once more when reread), so :func:`canonical_smiles` rereads its own output
+until it stops changing (at most ``FIXED_POINT_ROUNDS`` times).
 
 RDKit's log is routed to Python logging and captured, so a failure is reported in one line with
 RDKit's most specific reason ("unclosed ring", "Explicit valence ...") instead of being printed.
@@ -14,10 +20,11 @@ from rdkit import Chem, rdBase
 from logos.language.grammar import split_symbols
 from logos.util.records import RecordError
 
-__all__ = ["OPEN", "CLOSE", "parse_smiles", "parse_molblock", "canonical_smiles", "span", "molecules_in_text",
-           "is_smiles"]
+__all__ = ["OPEN", "CLOSE", "parse_smiles", "parse_molblock", "canonical_smiles", "canonical", "canonical_set", "span",
+           "molecules_in_text", "is_smiles", "FIXED_POINT_ROUNDS"]
 
 OPEN, CLOSE = "<MoleculeS>", "<MoleculeE>"
+FIXED_POINT_ROUNDS = 3
 
 
 class _Captured(logging.Handler):
@@ -71,11 +78,51 @@ def parse_molblock(block: str) -> Chem.Mol:
 
 
 def canonical_smiles(mol: Chem.Mol, kekule: bool = False) -> str:
+    """The canonical isomeric SMILES of ``mol`` (a fixed point: see the module docstring); ``kekule``: written
+    with explicit single and double bonds instead of aromatic atoms."""
     if kekule:
         mol = Chem.Mol(mol)
         Chem.Kekulize(mol, clearAromaticFlags=True)
         return Chem.MolToSmiles(mol, isomericSmiles=True, kekuleSmiles=True)
-    return Chem.MolToSmiles(mol, isomericSmiles=True)
+    smiles = Chem.MolToSmiles(mol, isomericSmiles=True)
+    for _ in range(FIXED_POINT_ROUNDS):
+        again = Chem.MolFromSmiles(smiles)
+        if again is None:
+            break
+        again_smiles = Chem.MolToSmiles(again, isomericSmiles=True)
+        if again_smiles == smiles:
+            break
+        smiles = again_smiles
+    return smiles
+
+
+def canonical(smiles: str | None) -> str | None:
+    """:func:`canonical_smiles` of a SMILES string, or None when RDKit cannot read it (quietly)."""
+    if not smiles:
+        return None
+    _captured.lines.clear()
+    mol = Chem.MolFromSmiles(smiles)
+    _captured.lines.clear()
+    return canonical_smiles(mol) if mol is not None and mol.GetNumAtoms() else None
+
+
+def canonical_set(smiles: str | None, drop_atom_maps: bool = True) -> str | None:
+    """The sorted, ``.``-joined canonical SMILES of every molecule of a dotted SMILES (atom maps removed):
+    the identity of a reactant or product set. None when empty or when any molecule is unreadable."""
+    if not smiles or not smiles.strip():
+        return None
+    parts = []
+    for piece in smiles.strip().split("."):
+        _captured.lines.clear()
+        mol = Chem.MolFromSmiles(piece)
+        _captured.lines.clear()
+        if mol is None:
+            return None
+        if drop_atom_maps:
+            for atom in mol.GetAtoms():
+                atom.SetAtomMapNum(0)
+        parts.append(canonical_smiles(mol))
+    return ".".join(sorted(parts))
 
 
 def span(smiles: str) -> str:

@@ -6,9 +6,9 @@ alone cannot fix a row, so those rows are trained directly (peft's ``trainable_t
 the listed rows get a delta, the rest of the embedding stays frozen). With tied embeddings the same
 rows serve as the output projection.
 
-Export: ``merge`` writes one plain Hugging Face checkpoint with the adapters folded into the weights
-(peft's ``merge_and_unload`` on a copy of the model, so training can go on); otherwise the export is
-the base weights plus ``adapter/`` (peft's own format) for ``PeftModel.from_pretrained``. LoRA runs at
+Export: always one plain Hugging Face checkpoint (``hf/``) with the adapters folded into the weights
+(peft's ``merge_and_unload`` on a copy of the model, so training can go on), and beside it ``adapter/``
+in peft's own format for ``PeftModel.from_pretrained`` on the base checkpoint. LoRA runs at
 ZeRO stages 0-2 (ZeRO-3 partitions the frozen base weights the adapters wrap; use full finetuning there).
 """
 

@@ -223,13 +223,13 @@ class TrainConfig:
 
 @dataclass
 class LoraConfig:
-    """LoRA finetuning (``peft``; :mod:`logos.train.lora`): adapters on every projection, symbol rows trainable."""
+    """LoRA finetuning (``peft``; :mod:`logos.train.lora`): adapters on every projection, symbol rows trainable.
+
+    The export is always both: ``hf/`` with the adapters merged into the weights, and ``adapter/`` in peft's format."""
 
     rank: int = 16
     alpha: float = 32.0
     dropout: float = 0.05
-    merge: bool = True
-    """Export ``hf/`` with the adapters merged into the weights (``adapter/`` is written either way)."""
 
     def __post_init__(self):
         if self.rank <= 0 or self.alpha <= 0 or not 0 <= self.dropout < 1:
