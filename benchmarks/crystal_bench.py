@@ -14,7 +14,7 @@
 (b) Throughput on the same CIF files, in one run (``--parts speed``): ``tokenize_files`` in-process
     (``workers=0``: encoders and JSON lines) and with one isolated worker, against a bare gemmi read +
     unit-cell expansion + one spglib dataset call; ``--repeats`` rounds alternate the order, medians and
-    the spread of per-round time ratios are printed. Target (issue 13): in-process <= 1.3x bare.
+    the spread of per-round time ratios are printed. Target: in-process <= 1.3x bare.
 
     python benchmarks/crystal_bench.py --mp-sample 0 --mof-sample 500 --speed-files 500
     PYTHONPATH=/path/to/checkout python benchmarks/crystal_bench.py --parts tokens

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # logos evaluate on every task: the shipped tiny-moses model (molecule) and ground truth / simple baselines
 # (the other tasks have no shipped model yet). Prints each command's wall time; reports land in $OUT/<task>/.
-# Usage: benchmarks/evaluate_bench.sh [OUT]   (needs /work/shared/data for USPTO-50k and Perov-5)
+# Usage: DATA=DIR benchmarks/evaluate_bench.sh [OUT]   (DIR holds USPTO-50k's raw_test.csv.xz and CDVAE's
+# perov_5_test.csv.xz, under uspto50k/ and cdvae/)
 set -euo pipefail
 OUT=${1:-bench_eval}
 PY=${PY:-.venv/bin/python}
-SHARED=${SHARED:-/work/shared/data}
+SHARED=${DATA:?set DATA to the folder holding uspto50k/ and cdvae/}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$OUT"
 t() { local s=$(date +%s.%N); "$@"; echo "TIME $(echo "$(date +%s.%N) - $s" | bc) s: $*" | tee -a "$OUT/times.txt"; }

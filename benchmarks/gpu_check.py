@@ -42,7 +42,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 H200_BF16_DENSE = 989e12      # NVIDIA H200 SXM datasheet, dense BF16 tensor-core peak
-H200_BF16_MATMUL = 790e12     # what a large bf16 GEMM reaches on the lent machine (issue 15); measured below too
+H200_BF16_MATMUL = 790e12     # what a large bf16 GEMM reaches on an H200; measured below too
 PARTS = ("train", "zero3", "generate")
 
 

@@ -1,4 +1,4 @@
-"""Token shards for the GPU check (issue 15): the 500-molecule MOSES fixture, tokenized and packed, small to carry.
+"""Token shards for the GPU check: the 500-molecule MOSES fixture, tokenized and packed, small enough to bundle.
 
     python benchmarks/gpu_shards.py gpu_shards
 """

@@ -10,7 +10,7 @@ JSONL, error log included); "encoders in-process" runs the same pipeline in this
 (``tokenize_files`` with ``workers=0``: the encoders and the JSON lines, no process start, no
 isolation). The CCD comes from its prebuilt index (:mod:`logos.domains.ccd_index`, built once per
 machine). ``--repeats`` rounds alternate the order of the three sides; medians and the spread of
-the per-round time ratios are printed. Target (issue 13): plain chains in-process <= 2x bare.
+the per-round time ratios are printed. Target: plain chains in-process <= 2x bare.
 
     PYTHONPATH=. .venv/bin/python benchmarks/protein_bench.py [--repeats 2] [--workers 1] [--copies 20]
 """

@@ -1,6 +1,6 @@
 """The shared tokenizer: SentencePiece BPE trained on grammar text, exported as a Hugging Face fast tokenizer.
 
-Choices (each measured on this project's CPU machines):
+Choices:
 
 - BPE, not unigram: the HF conversion reproduces SentencePiece's ids exactly for BPE.
 - Every grammar symbol (``logos.language.grammar.special_tokens()``, in id order) is a user-defined symbol,
@@ -10,7 +10,7 @@ Choices (each measured on this project's CPU machines):
   tokens (needed for constrained decoding); ids and vocabulary size do not change.
 - Identity normalization, no dummy prefix, whitespace kept: ``decode(encode(t)) == t`` exactly.
 - ``split_by_unicode_script`` and ``split_by_number`` are off so BPE may merge across letters,
-  digits and brackets (``c1``, ``=O``, ``C(``): MOSES costs ~12 tokens per molecule instead of 24.
+  digits and brackets (``c1``, ``=O``, ``C(``), which roughly halves the tokens of a SMILES.
 - Every printable ASCII character is a required piece, so proteins, crystals and other domains
   never need byte fallback for ordinary text even when the training sample lacks them.
 

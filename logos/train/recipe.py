@@ -147,8 +147,8 @@ class TrainConfig:
     zero_stage: int = 0
     """DeepSpeed ZeRO stage 0-3."""
     precision: str = "auto"
-    """``fp32``; ``bf16-autocast`` (fp32 weights, bf16 matmuls: 2.3-2.5x faster than fp32 on CPUs with AVX512-BF16 or
-    AMX, ~8x *slower* on AVX2-only CPUs, which emulate bf16); ``bf16`` (DeepSpeed bf16 weights + fp32 master, the GPU
+    """``fp32``; ``bf16-autocast`` (fp32 weights, bf16 matmuls: faster than fp32 on CPUs with AVX512-BF16 or AMX, much
+    slower on AVX2-only CPUs, which emulate bf16); ``bf16`` (DeepSpeed bf16 weights + fp32 master, the GPU
     choice); ``auto``: bf16 on a GPU, bf16-autocast on a CPU with native bf16, else fp32 (recorded in the run)."""
     gradient_checkpointing: bool = False
     """Recompute activations in backward (large models)."""
