@@ -17,7 +17,7 @@ venv: $(VENV_OK)
 # Two pytest workers (pytest-xdist), one torch thread each; the import-linter layers contract first.
 test: $(VENV_OK)
 	.venv/bin/lint-imports
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile tests
+	PYTHONPATH=. OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile tests
 
 # Longer fuzzing of every encoder and detokenizer (hundreds of examples per property, more file
 # mutations); make test runs the same properties on a one-minute budget. LOGOS_FUZZ_SEED varies the files.

@@ -5,7 +5,7 @@ The public API (:mod:`logos.api`): ``encode``, ``decode``, ``validate``, ``load_
 ``logos --help``) loads neither RDKit, gemmi, spglib nor torch.
 """
 
-__version__ = "0.1.0"
+from logos.util.version import VERSION as __version__
 
 __all__ = ["encode", "decode", "validate", "load_model", "generate", "evaluate", "tasks", "__version__"]
 

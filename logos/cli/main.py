@@ -304,7 +304,8 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
     """The argument parser. ``command``: the subcommand whose flags are needed (``*``: all of them; None: only
     the list of subcommands, for ``logos --help``): the encoders' flags import the domains, and with them
     RDKit, gemmi and spglib, only when ``tokenize`` is being parsed."""
-    from logos import __version__, tasks
+    from logos import tasks
+    from logos.util.version import VERSION as __version__
 
     full = command in ("*", "tokenize")
     if full:

@@ -33,7 +33,7 @@ from typing import Iterable, Iterator
 
 from tqdm import tqdm
 
-from logos import __version__
+from logos.util.version import VERSION as __version__
 from logos.domains import DOMAINS, detect
 from logos.language.grammar import GRAMMAR_VERSION
 from logos.util.isolate import Failure, imap_isolated
