@@ -6,7 +6,8 @@ branch, a notebook) is brought over with::
     python scripts/relayout.py FILE_OR_DIR ...
 
 It rewrites dotted module paths (``logos.chem`` -> ``logos.science.chemistry``) in Python, Markdown,
-shell and YAML files, and ``from logos import <old module>`` lines. It is idempotent.
+shell and YAML files, and ``from logos import <old module> [as name]`` lines. It is idempotent; lines that
+import several old modules at once (``from logos import grammar, resources``) are left for a person.
 """
 
 from __future__ import annotations
@@ -75,9 +76,10 @@ def rewrite(text: str) -> str:
         text = _pattern(old).sub(new, text)
         pkg, _, mod = old.rpartition(".")
         newpkg, _, newmod = new.rpartition(".")
-        # from logos.generate import tasks  ->  from logos.tasks import prompts as tasks
-        text = re.sub(rf"(?m)^(\s*)from {re.escape(pkg)} import {mod}\s*$",
-                      rf"\1from {newpkg} import {newmod}" + (f" as {mod}" if newmod != mod else ""), text)
+        # from logos.generate import tasks  ->  from logos.tasks import prompts as tasks (also "... as x")
+        text = re.sub(rf"(?m)^(\s*)from {re.escape(pkg)} import {mod}(\s+as\s+\w+)?\s*$",
+                      lambda m: f"{m.group(1)}from {newpkg} import {newmod}"
+                      + (m.group(2) or (f" as {mod}" if newmod != mod else "")), text)
         # file paths in docs: logos/science/chemistry.py -> logos/science/chemistry.py
         ends = r"(\.py|/)" if old == "logos.science.materials" else r"(\.py)"
         text = re.sub(rf"(?<![\w/]){re.escape(_path_form(old))}{ends}", _path_form(new) + r"\1", text)

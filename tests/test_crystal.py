@@ -11,7 +11,7 @@ import gemmi
 import numpy as np
 import pytest
 
-from logos import materials as crystal
+from logos.science import materials as crystal
 from logos.cli import main
 from logos.data.datasets import DATASETS
 from logos.domains import DOMAINS, detect

@@ -122,7 +122,7 @@ def llg():
 
 
 def test_fragment_compiles_for_all_230_groups_and_accepts_encoded_texts(llg):
-    from logos import materials as crystal
+    from logos.science import materials as crystal
     from logos.decoding.crystal_rules import crystal_grammar
     llguidance, tok, lltok = llg
     t = time.perf_counter()
@@ -152,7 +152,7 @@ def test_random_walks_through_the_matcher_decode(llg):
     import gemmi
     import llguidance.numpy as lln
     import numpy as np
-    from logos import materials as crystal
+    from logos.science import materials as crystal
     from logos.decoding.crystal_rules import crystal_grammar
     from logos.util.records import RecordError
     llguidance, tok, lltok = llg

@@ -184,7 +184,8 @@ def test_installed_copy_is_the_only_root_when_present(tmp_path, monkeypatch):
 
 
 def test_cli_defaults_keep_their_names_and_resolve(tmp_path, monkeypatch, run_cli):
-    from logos import grammar, resources
+    from logos.language import grammar
+    from logos.util import resources
     from logos.cli import build_parser
 
     assert grammar.GRAMMAR_PATH == resources.shipped(resources.GRAMMAR)
