@@ -32,7 +32,8 @@ def test_public_api():
 
     assert set(logos.__all__) >= {"encode", "decode", "validate", "load_model", "generate", "evaluate", "tasks"}
     logos.validate("<MoleculeS>CC(=O)O<MoleculeE>")
-    assert callable(logos.generate) and "molecule" in logos.tasks.names("generate")
+    assert callable(logos.generate.run) and callable(logos.evaluate.run) and callable(logos.load_model)
+    assert "molecule" in logos.tasks.names("generate")
 
 
 def test_local_rank_before_the_subcommand():

@@ -9,7 +9,7 @@ the sampler and its constraints are in :mod:`logos.decoding`).
 """
 
 from logos.decoding.sampler import Sampling
-from logos.generate.pipeline import GenerateOptions, GenerateResult, generate, load_checkpoint
+from logos.generate.pipeline import GenerateOptions, GenerateResult, generate, load_checkpoint, run
 from logos.tasks import TASKS
 
-__all__ = ["GenerateOptions", "GenerateResult", "Sampling", "TASKS", "generate", "load_checkpoint"]
+__all__ = ["GenerateOptions", "GenerateResult", "Sampling", "TASKS", "generate", "load_checkpoint", "run"]

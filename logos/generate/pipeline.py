@@ -33,7 +33,7 @@ from logos.tasks.prompts import Prompt, build_prompts
 from logos.language.grammar import READABLE_GRAMMARS
 from logos.util.records import ErrorLog, InputError, RecordError, errors_path_for
 
-__all__ = ["GenerateOptions", "GenerateResult", "generate", "load_checkpoint", "SUPPORTED_GRAMMARS"]
+__all__ = ["GenerateOptions", "GenerateResult", "generate", "run", "load_checkpoint", "SUPPORTED_GRAMMARS"]
 
 SUPPORTED_GRAMMARS = READABLE_GRAMMARS  # from logos.language.grammar
 
@@ -249,3 +249,16 @@ def _write(task: Task, samples: list[Sample], out: Path, writer_cls, options: Wr
                                  "logprob": round(s.logprob, 4), "status": s.status, "written": s.written,
                                  **({"answer": s.key, "count": s.count} if s.key is not None or s.count > 1 else {})})
                      + "\n")
+
+
+def run(output: str | Path, task: str = "molecule", n: int = 100, inputs: str | Path | None = None,
+        checkpoint: str | Path | None = None, seed: int = 0, temperature: float = 1.0, max_new_tokens: int = 0,
+        batch_size: int = 16, constrained: bool = True, device: str = "cpu") -> GenerateResult:
+    """``logos generate`` from Python, with its defaults: sample ``task`` from ``checkpoint`` (default: the shipped
+    one) and write the files ``output`` names plus ``OUTPUT.samples.jsonl``."""
+    from logos.util.resources import DEFAULT_CHECKPOINT, resolve
+
+    options = GenerateOptions(task=task, n=n, batch_size=batch_size, seed=seed, constrained=constrained,
+                              device=device, sampling=Sampling(temperature=temperature, max_new_tokens=max_new_tokens))
+    return generate(resolve(checkpoint or DEFAULT_CHECKPOINT), Path(output), options,
+                    inputs=Path(inputs) if inputs else None, progress=False)
