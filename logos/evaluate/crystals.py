@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from logos.evaluate import reference as ref
+from logos.evaluate.stats import wasserstein
 from logos.science.materials.crystal import Crystal, load, read_crystal_file
 from logos.science.materials.validity import cdvae_compositional_validity, check_crystal, structural_validity
 from logos.util.records import InputError, RecordError
@@ -205,12 +206,6 @@ def _found_in(structures: list, corpus: list, matcher) -> list[bool]:
             for s in structures]
 
 
-def _wasserstein(a, b) -> float | None:
-    from scipy.stats import wasserstein_distance
-
-    return float(wasserstein_distance(a, b)) if len(a) and len(b) else None
-
-
 def evaluate(items: list[Item], reference: list[Item] | None = None, train: list[Item] | None = None) -> dict:
     """Unconditional crystal metrics of structures in memory (see the module docstring)."""
     warnings.filterwarnings("ignore", module="pymatgen")
@@ -243,8 +238,8 @@ def evaluate(items: list[Item], reference: list[Item] | None = None, train: list
         m["novelty"] = (1 - sum(seen) / len(seen)) if seen else None
     if reference is not None:
         rs = [to_structure(r) for r in reference]
-        m["w_density"] = _wasserstein([s.density for s in good], [s.density for s in rs])
-        m["w_num_elements"] = _wasserstein([len(s.composition.elements) for s in good],
+        m["w_density"] = wasserstein([s.density for s in good], [s.density for s in rs])
+        m["w_num_elements"] = wasserstein([len(s.composition.elements) for s in good],
                                            [len(s.composition.elements) for s in rs])
     return m
 

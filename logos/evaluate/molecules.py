@@ -44,6 +44,7 @@ from rdkit.Chem.QED import qed as _qed
 
 from logos.science.chemistry import canonical, canonical_smiles, molecules_in_text, parse_smiles
 from logos.evaluate import reference as ref
+from logos.evaluate.stats import wasserstein
 from logos.util.records import InputError, RecordError, open_text, plain_name
 
 __all__ = ["MoleculeOptions", "MoleculeReference", "SCHEMA_VERSION", "DEFINITIONS", "evaluate", "canonical",
@@ -230,12 +231,6 @@ def internal_diversity(mols: list[Chem.Mol], radius: int = 2, bits: int = 1024) 
     return intdiv, pairwise
 
 
-def _wasserstein(a: np.ndarray, b: np.ndarray) -> float | None:
-    from scipy.stats import wasserstein_distance
-
-    return float(wasserstein_distance(a, b)) if len(a) and len(b) else None
-
-
 # ---------------------------------------------------------------- references
 @dataclass
 class MoleculeReference:
@@ -360,7 +355,7 @@ def evaluate(smiles: list[str | None], reference: MoleculeReference | str | Path
     for p in PROPERTIES:
         m[p] = float(props[p].mean()) if len(mols) else None
     for p in PROPERTIES:
-        m[f"w_{p}"] = _wasserstein(props[p], reference.props[p]) if reference is not None else None
+        m[f"w_{p}"] = wasserstein(props[p], reference.props[p]) if reference is not None else None
     seconds["filters_properties"] = time.perf_counter() - t
     if options.fcd:
         t = time.perf_counter()
