@@ -47,6 +47,7 @@ from typing import Iterator
 
 import yaml
 
+from logos.util.config import check_types
 from logos.util.records import InputError, errors_path_for, read_records, safe_name
 from logos.data.splits import group_key, split_of
 
@@ -131,6 +132,7 @@ def load_config(path: Path) -> CorpusConfig:
     unknown = set(raw) - known
     if unknown:
         raise ValueError(f"unknown keys {sorted(unknown)} (known: {sorted(known)})")
+    check_types(CorpusConfig, raw, "corpus")  # ValueError naming the key (corpus.sources.0.limit: ...)
     config = CorpusConfig(**raw)
     for source in config.sources:
         if source.dataset and source.dataset not in DATASETS:

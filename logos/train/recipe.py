@@ -18,6 +18,8 @@ from pathlib import Path
 
 import yaml
 
+from logos.util.config import check_types
+
 __all__ = ["ModelConfig", "TrainConfig", "Recipe", "load_recipe", "padded_vocab", "ConfigError"]
 
 ARCHITECTURES = ("llama", "qwen3")
@@ -302,6 +304,7 @@ def _build(cls, values: dict, section: str):
                 values[f.name] = float(values[f.name])
             except ValueError:
                 raise ConfigError(f"{section}.{f.name} must be a number, got {values[f.name]!r}") from None
+    check_types(cls, values, section, ConfigError)
     try:
         return cls(**values)
     except TypeError as e:
