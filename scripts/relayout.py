@@ -56,10 +56,14 @@ NAMES = {
     ("logos.data.corpus", "get_engine"): "logos.data.corpus_build",
     ("logos.data.datasets", "cache_dir"): "logos.util.files",
 }
+# modules of the new ``logos.data`` package: ``from logos.data import pack`` is already the new layout
+_DATA_MODULES = {"datasets", "encode", "decode", "splits", "corpus", "corpus_ray", "corpus_build", "pack", "shards"}
+
+
 def _pattern(old: str) -> re.Pattern:
-    # a dotted path not followed by more identifier characters; "logos.data.datasets" only when it is not already a
-    # path into the new ``logos.data.datasets`` package
-    tail = r"(?![\w])" if old != "logos.data.datasets" else r"(?![\w.])"
+    # a dotted path not followed by more identifier characters; "logos.data" only when it is not already a
+    # path into the new ``logos.data`` package
+    tail = r"(?![\w])" if old != "logos.data" else r"(?![\w.])"
     return re.compile(r"(?<![\w.])" + re.escape(old) + tail)
 
 
@@ -69,9 +73,12 @@ def _path_form(dotted: str) -> str:
 
 def rewrite(text: str) -> str:
     for old, new in MOVES.items():
-        if old == "logos.data.datasets":
-            text = re.sub(r"(?<![\w.])logos\.data(?![\w.])(?!\.datasets)", "logos.data.datasets", text)
-            text = re.sub(r"(?m)^(\s*)from logos import data\b(?! as)", r"\1from logos.data.datasets import datasets as data", text)
+        if old == "logos.data":
+            text = re.sub(r"(?<![\w.])logos\.data(?![\w.])(?!\.datasets)(?! import (\w+))", "logos.data.datasets", text)
+            text = re.sub(r"(?<![\w.])logos\.data import (\w+)",
+                          lambda m: m.group(0) if m.group(1) in _DATA_MODULES else f"logos.data.datasets import {m.group(1)}",
+                          text)
+            text = re.sub(r"(?m)^(\s*)from logos import data\b(?! as)", r"\1from logos.data import datasets as data", text)
             continue
         text = _pattern(old).sub(new, text)
         pkg, _, mod = old.rpartition(".")

@@ -335,6 +335,9 @@ def test_validity_hand_checked_cases():
     r = check_crystal(NACL.replace("Cl<wb>", "Cl<wz>"))
     assert r.parsed is False and "no Wyckoff position 'z'" in " ".join(r.reasons)
     assert compositional_validity("Fe3Ni")[0]  # alloy
+    from logos.science.materials.validity import cdvae_compositional_validity
+
+    assert cdvae_compositional_validity({"Ar": 1, "F": 2}) is False  # SMACT lists no oxidation states for Ar
     s = summarize([NACL, nacl2, "<CrystalS>"])
     assert s["n"] == 3 and s["valid"] == pytest.approx(1 / 3) and s["parsed"] == pytest.approx(2 / 3)
 
@@ -448,3 +451,23 @@ def test_overfull_site_is_an_error_rounding_is_scaled():
     overfull = cif.replace("Na1 Na 0.0 0.0 0.0 1.0", "Na1 Na 0.0 0.0 0.0 0.7\nK1 K 0.0 0.0 0.0 0.6")
     with pytest.raises(RecordError, match="occupancies sum to 1.300"):
         CRYSTAL.encode(WorkItem("x", overfull), CrystalOptions())
+
+
+def test_a_cdvae_table_of_cifs_gives_one_record_per_row(tmp_path, capsys):
+    table = ASSETS / "perov5_val_4.csv"
+    out = tmp_path / "p.jsonl"
+    code, err = run(capsys, "tokenize", table, "--domain", "crystal", "-o", out, "-q")
+    assert code == 0, err
+    recs = records(out)
+    assert [r["id"] for r in recs] == ["18517", "15400", "3409", "8226"]
+    assert [r["source"] for r in recs] == [f"{table}:{n}" for n in range(2, 6)]
+    import csv
+
+    for rec, row in zip(recs, csv.DictReader(open(table))):
+        s_in = pmg(row["cif"], text=True)
+        s_out = pmg(crystal.crystal_to_cif(crystal.decode_text(rec["text"]), "x"), text=True)
+        assert StructureMatcher().fit(s_in, s_out), rec["id"]
+    no_cif = tmp_path / "no_cif.csv"
+    no_cif.write_text("material_id,formula\n1,NaCl\n")
+    code, err = run(capsys, "tokenize", no_cif, "--domain", "crystal", "-o", tmp_path / "n.jsonl", "-q")
+    assert code == 1 and err.splitlines()[0].startswith(f"{no_cif}: no 'cif' column in the CSV header")

@@ -147,10 +147,11 @@ def test_lora_merged_export_reproduces_the_live_model(reactions, tmp_path):
 
 
 def test_killed_finetune_resumes_exactly(reactions, tmp_path):
-    from logos.train.trainer import FAULT_KILL_AFTER_STEP
+    from fault_injection import env as fault_env
+    from train_fixtures import FAULT_ENTRY
 
     def run(name: str, env_extra: dict, *args: str) -> subprocess.CompletedProcess:
-        cmd = [sys.executable, "-m", "logos.cli", "finetune", "--config", str(REPO / "finetune" / "retro.yaml"), "-q",
+        cmd = [sys.executable, str(FAULT_ENTRY), "finetune", "--config", str(REPO / "finetune" / "retro.yaml"), "-q",
                "--set", f"finetune.sources=[{reactions}]", "--set", f"train.out_dir={tmp_path / name}",
                "--set", "train.max_minutes=null", "--set", "train.max_steps=8", "--set", "train.save_every=4",
                "--set", "train.log_every=1", "--set", "train.seq_len=128", "--set", "train.micro_batch=4",
@@ -159,7 +160,7 @@ def test_killed_finetune_resumes_exactly(reactions, tmp_path):
 
     straight = run("straight", {})
     assert straight.returncode == 0, straight.stderr
-    killed = run("broken", {FAULT_KILL_AFTER_STEP: "4"})
+    killed = run("broken", fault_env({"kill_after_step": 4}))
     assert killed.returncode == -9
     resumed = run("broken", {}, "--resume")
     assert resumed.returncode == 0, resumed.stderr

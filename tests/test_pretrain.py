@@ -12,7 +12,7 @@ import pytest
 
 from logos.train import Schedule, Trainer
 from logos.train.recipe import ConfigError, load_recipe, padded_vocab, recipe_from_dict
-from train_fixtures import REPO, cli_env, make_shards, tiny_recipe
+from train_fixtures import FAULT_ENTRY, REPO, cli_env, make_shards, tiny_recipe
 
 RECIPES = sorted(p for p in (REPO / "pretrain").glob("*.yaml") if not p.name.startswith("corpus"))  # corpus*.yaml: test_corpus
 
@@ -152,8 +152,8 @@ def test_save_load_gives_the_same_next_step_loss(shards, tmp_path, stage):
 
 
 LAUNCHERS = {
-    "torchrun": ["torchrun", "--standalone", "--nproc_per_node", "2", "-m", "logos.cli"],
-    "deepspeed": ["deepspeed", "--num_gpus", "2", "--master_port", "{port}", "--module", "logos.cli"],
+    "torchrun": ["torchrun", "--standalone", "--nproc_per_node", "2", str(FAULT_ENTRY)],
+    "deepspeed": ["deepspeed", "--num_gpus", "2", "--master_port", "{port}", str(FAULT_ENTRY)],
 }
 
 
@@ -175,7 +175,7 @@ def _launch(launcher: str, shards: Path, out: Path, resume: bool = False, **env)
 @pytest.mark.slow
 def test_two_processes_zero2_under_both_launchers_resume_exactly(shards, tmp_path):
     """torchrun, uninterrupted; the deepspeed launcher, SIGKILLed after step 6 and resumed: the same curve."""
-    from logos.train.trainer import FAULT_KILL_AFTER_STEP
+    from fault_injection import env as fault_env
 
     straight, broken = tmp_path / "torchrun", tmp_path / "deepspeed"
     proc = _launch("torchrun", shards, straight)
@@ -187,7 +187,7 @@ def test_two_processes_zero2_under_both_launchers_resume_exactly(shards, tmp_pat
     assert int(rows[-1]["tokens"]) == 10 * 2 * 4 * 64  # both ranks' rows counted
     assert (straight / "hf" / "model.safetensors").exists()
 
-    killed = _launch("deepspeed", shards, broken, **{FAULT_KILL_AFTER_STEP: "6"})
+    killed = _launch("deepspeed", shards, broken, **fault_env({"kill_after_step": 6}))
     assert killed.returncode != 0 and (broken / "checkpoints" / "latest").read_text().strip() == "step0000004"
     resumed = _launch("deepspeed", shards, broken, resume=True)
     assert resumed.returncode == 0, resumed.stderr[-3000:]

@@ -3,7 +3,7 @@
 Every run is a real ``python -m logos.cli pretrain`` child process (one thread) on the 500-molecule
 fixture: 8 steps, a checkpoint every 2, a metrics row every step. One uninterrupted run of the
 same seed (module fixture) is the reference loss curve. Kills are real SIGKILLs at a known step
-(the trainer's test-only fault injection), so no test polls a run's files against the clock.
+(tests/fault_injection.py, through tests/fault_entry.py), so no test polls a run's files against the clock.
 """
 
 from __future__ import annotations
@@ -22,12 +22,11 @@ import pytest
 import yaml
 
 from logos.train import Trainer
-from logos.train.trainer import FAULT_KILL_AFTER_STEP
-from logos.train.checkpoint import (FAULT_KILL_IN_SAVE, MANIFEST, CheckpointError, checkpoint_tags, read_latest,
-                                    verify_checkpoint)
+from logos.train.checkpoint import MANIFEST, CheckpointError, checkpoint_tags, read_latest, verify_checkpoint
 from logos.train.metrics import truncate_metrics
 from logos.train.recipe import load_recipe
-from train_fixtures import cli_env, make_shards, tiny_recipe
+from fault_injection import env as fault_env
+from train_fixtures import FAULT_ENTRY, cli_env, make_shards, tiny_recipe
 
 STEPS, SAVE_EVERY, KEEP = 8, 2, 2
 
@@ -41,7 +40,7 @@ def write_recipe(shards: Path, out: Path) -> Path:
 
 
 def pretrain_cmd(recipe: Path, resume: bool = False) -> list[str]:
-    return [sys.executable, "-m", "logos.cli", "pretrain", "--config", str(recipe), "-q"] + \
+    return [sys.executable, str(FAULT_ENTRY), "pretrain", "--config", str(recipe), "-q"] + \
         (["--resume"] if resume else [])
 
 
@@ -96,7 +95,7 @@ def test_retention_keeps_exactly_k_complete_checkpoints(reference):
 def test_sigkill_mid_run_resumes_on_the_same_curve(shards, reference, tmp_path):
     out = tmp_path / "run"
     recipe = write_recipe(shards, out)
-    killed = subprocess.run(pretrain_cmd(recipe), env={**cli_env(), FAULT_KILL_AFTER_STEP: "5"}, capture_output=True,
+    killed = subprocess.run(pretrain_cmd(recipe), env={**cli_env(), **fault_env({"kill_after_step": 5})}, capture_output=True,
                             text=True, timeout=300)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert max(s for s, _ in rows(out)) == 5 and read_latest(out / "checkpoints") == "step0000004"
@@ -109,7 +108,7 @@ def test_sigkill_mid_run_resumes_on_the_same_curve(shards, reference, tmp_path):
 def test_sigkill_during_a_save_keeps_latest_on_the_previous_checkpoint(shards, reference, tmp_path):
     out = tmp_path / "run"
     recipe = write_recipe(shards, out)
-    proc = subprocess.run(pretrain_cmd(recipe), env={**cli_env(), FAULT_KILL_IN_SAVE: "3"}, capture_output=True,
+    proc = subprocess.run(pretrain_cmd(recipe), env={**cli_env(), **fault_env({"kill_in_save": 3})}, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
     ckpt = out / "checkpoints"
@@ -200,7 +199,7 @@ def test_a_time_budgeted_run_resumes_on_the_same_lr_and_loss_curve(shards, tmp_p
         return path
 
     budget = recipe(tmp_path / "budget")
-    killed = subprocess.run(pretrain_cmd(budget), env={**cli_env(), FAULT_KILL_AFTER_STEP: "13"},
+    killed = subprocess.run(pretrain_cmd(budget), env={**cli_env(), **fault_env({"kill_after_step": 13})},
                             capture_output=True, text=True, timeout=300)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert "the LR schedule ends at step 16" in killed.stderr

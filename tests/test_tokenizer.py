@@ -86,3 +86,25 @@ def test_build_tokenizer_from_a_corpus(tmp_path, fixture_texts):
     assert tok.encode("<sg225>", add_special_tokens=False) == [4 + special_tokens().index("<sg225>")]
     for text in fixture_texts[:100]:
         assert tok.decode(tok.encode(text, add_special_tokens=False)) == text
+
+
+def test_per_domain_sampling_and_single_digit_pieces(tmp_path, fixture_texts):
+    from logos.language.tokenizer import _sample_texts
+
+    corpus = tmp_path / "corpus.jsonl"
+    crystals = [f"<CrystalS>Na{i}<sg1>{i}.125 5.250 6.375 90.00 90.00 90.00 Na<wa> 0.5000 0.2500 0.1250<CrystalE>"
+                for i in range(1, 41)]
+    lines = [{"text": t, "domain": "molecule"} for t in fixture_texts] + \
+            [{"text": t, "domain": "crystal"} for t in crystals]
+    corpus.write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+    fair = _sample_texts([corpus], max_sentences=10_000, seed=0, per_domain=30)
+    assert sum(t.startswith("<CrystalS>") for t in fair) == 30 and len(fair) == 60
+    assert len(_sample_texts([corpus], max_sentences=10_000, seed=0)) == len(lines)
+    learned = load_tokenizer(build_tokenizer([corpus], tmp_path / "learned", pieces=160, per_domain=30))
+    digits = load_tokenizer(build_tokenizer([corpus], tmp_path / "digits", pieces=160, per_domain=30,
+                                            split_digits=True))
+    text = crystals[7]
+    assert any(sum(c.isdigit() for c in p) > 1 for p in learned.tokenize(text))  # numeric pieces learned ...
+    assert all(sum(c.isdigit() for c in p) <= 1 for p in digits.tokenize(text))  # ... or never
+    for tok in (learned, digits):
+        assert tok.decode(tok.encode(text, add_special_tokens=False)) == text

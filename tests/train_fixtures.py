@@ -11,6 +11,7 @@ ASSETS = Path(__file__).parent / "assets"
 REPO = Path(__file__).resolve().parent.parent
 MOSES_500 = ASSETS / "moses_500.smi"
 TOKENIZER = REPO / "tokenizers" / "default"
+FAULT_ENTRY = Path(__file__).parent / "fault_entry.py"  # ``logos`` with test-only faults (fault_injection.py)
 
 
 def make_shards(tmp: Path, val_fraction: float = 0.1) -> Path:

@@ -75,7 +75,8 @@ def _cmd_build_tokenizer(args: argparse.Namespace) -> int:
 
     try:
         build_tokenizer([Path(p) for p in args.corpus], Path(args.output), pieces=args.pieces,
-                        max_sentences=args.max_sentences, seed=args.seed)
+                        max_sentences=args.max_sentences, seed=args.seed, per_domain=args.per_domain,
+                        split_digits=args.split_digits)
     except ValueError as e:
         print(f"logos build-tokenizer: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -356,6 +357,9 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, metavar="DIR")
     p.add_argument("--pieces", type=int, default=512, help="learned text pieces besides grammar symbols and bytes")
     p.add_argument("--max-sentences", type=int, default=300_000, help="records sampled for training")
+    p.add_argument("--per-domain", type=int, default=None, metavar="N",
+                   help="at most N records from each domain (a fair share for small domains)")
+    p.add_argument("--split-digits", action="store_true", help="every digit a token of its own (no numeric pieces)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=_cmd_build_tokenizer)
 

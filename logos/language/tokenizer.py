@@ -36,29 +36,45 @@ SPECIALS = {"unk": "<unk>", "bos": "<s>", "eos": "</s>", "pad": "<pad>"}
 _REQUIRED_CHARS = "\u2581" + "".join(c for c in string.printable if c not in " \t\n\r\x0b\x0c")
 
 
-def _sample_texts(corpus: list[Path], max_sentences: int, seed: int) -> list[str]:
-    """A seeded reservoir sample of record texts from the corpus files."""
+def _sample_texts(corpus: list[Path], max_sentences: int, seed: int, per_domain: int | None = None) -> list[str]:
+    """A seeded reservoir sample of record texts from the corpus files.
+
+    With ``per_domain``, one reservoir of at most that many records per domain (the record's ``domain``
+    field), so a domain of a few thousand records is not drowned by one of millions; ``max_sentences``
+    still caps the total (each domain's reservoir shrinks in proportion).
+    """
     rng = random.Random(seed)
-    sample: list[str] = []
-    seen = 0
+    samples: dict[str, list[str]] = {}
+    seen: dict[str, int] = {}
+    cap = max_sentences if per_domain is None else per_domain
     for path in corpus:
         for rec in read_records(path):
+            key = rec.get("domain", "") if per_domain is not None else ""
             text = rec["text"].replace("\n", " ")
-            seen += 1
-            if len(sample) < max_sentences:
+            seen[key] = seen.get(key, 0) + 1
+            sample = samples.setdefault(key, [])
+            if len(sample) < cap:
                 sample.append(text)
             else:
-                j = rng.randrange(seen)
-                if j < max_sentences:
+                j = rng.randrange(seen[key])
+                if j < cap:
                     sample[j] = text
-    if not sample:
+    total = sum(len(v) for v in samples.values())
+    if not total:
         raise ValueError(f"no records in {', '.join(map(str, corpus))}")
-    return sample
+    if total > max_sentences:
+        keep = max_sentences / total
+        samples = {k: v[: max(1, int(len(v) * keep))] for k, v in samples.items()}
+    return [t for k in sorted(samples) for t in samples[k]]
 
 
 def build_tokenizer(corpus: list[Path], out_dir: Path, pieces: int = 512, max_sentences: int = 300_000,
-                    seed: int = 0) -> Path:
-    """Train on the corpus JSONL files and write ``tokenizer.model`` + HF files into ``out_dir``."""
+                    seed: int = 0, per_domain: int | None = None, split_digits: bool = False) -> Path:
+    """Train on the corpus JSONL files and write ``tokenizer.model`` + HF files into ``out_dir``.
+
+    ``per_domain`` caps the records sampled from each domain (see :func:`_sample_texts`);
+    ``split_digits`` keeps every digit a token of its own (no learned numeric pieces such as ``0.50``).
+    """
     import sentencepiece as spm
 
     if pieces < len(_REQUIRED_CHARS) + 32:
@@ -66,7 +82,7 @@ def build_tokenizer(corpus: list[Path], out_dir: Path, pieces: int = 512, max_se
                          "printable characters are pieces of their own")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    texts = _sample_texts(corpus, max_sentences, seed)
+    texts = _sample_texts(corpus, max_sentences, seed, per_domain)
     symbols = list(special_tokens())
     vocab_size = len(SPECIALS) + len(symbols) + 256 + pieces
     with tempfile.TemporaryDirectory() as tmp:
@@ -78,7 +94,7 @@ def build_tokenizer(corpus: list[Path], out_dir: Path, pieces: int = 512, max_se
             user_defined_symbols=symbols, byte_fallback=True, character_coverage=1.0,
             required_chars=_REQUIRED_CHARS,
             normalization_rule_name="identity", add_dummy_prefix=False, remove_extra_whitespaces=False,
-            split_by_unicode_script=False, split_by_number=False, split_digits=False,
+            split_by_unicode_script=False, split_by_number=False, split_digits=split_digits,
             max_sentence_length=1 << 16, num_threads=2, minloglevel=2,
             unk_id=0, bos_id=1, eos_id=2, pad_id=3,
             unk_piece=SPECIALS["unk"], bos_piece=SPECIALS["bos"], eos_piece=SPECIALS["eos"],
@@ -87,7 +103,8 @@ def build_tokenizer(corpus: list[Path], out_dir: Path, pieces: int = 512, max_se
     (out_dir / "tokenizer.vocab").unlink(missing_ok=True)
     _export_hf(out_dir, symbols)
     info = {"grammar_symbols": len(symbols), "learned_pieces": pieces, "training_records": len(texts),
-            "seed": seed, "corpus": [Path(p).name for p in corpus]}
+            "per_domain": per_domain, "split_digits": split_digits, "seed": seed,
+            "corpus": [Path(p).name for p in corpus]}
     (out_dir / "logos_tokenizer.json").write_text(json.dumps(info, indent=2) + "\n")
     print(f"build-tokenizer: vocabulary {_vocab(out_dir)} "
           f"({len(symbols)} grammar symbols, 256 bytes) from {len(texts)} records -> {out_dir}", file=sys.stderr)

@@ -24,7 +24,6 @@ import json
 import os
 import random
 import shutil
-import signal
 from pathlib import Path
 
 import numpy as np
@@ -32,14 +31,11 @@ import torch
 
 from logos.train.distributed import Dist
 
-__all__ = ["CheckpointStore", "CheckpointError", "CheckpointSaveError", "MANIFEST", "LATEST", "FAULT_KILL_IN_SAVE", "checkpoint_tags",
+__all__ = ["CheckpointStore", "CheckpointError", "CheckpointSaveError", "MANIFEST", "LATEST", "checkpoint_tags",
            "read_latest", "verify_checkpoint", "atomic_write_text", "rng_state", "set_rng_state"]
 
 MANIFEST = "logos_manifest.json"
 LATEST = "latest"
-# Fault injection, for tests only: with LOGOS_FAULT_KILL_IN_SAVE=N the process SIGKILLs itself during
-# its N-th save, after DeepSpeed wrote the tag's files but before the manifest and `latest`.
-FAULT_KILL_IN_SAVE = "LOGOS_FAULT_KILL_IN_SAVE"
 
 
 class CheckpointError(RuntimeError):
@@ -196,12 +192,10 @@ class CheckpointStore:
         self.dist = dist
         self.keep = keep
         self.echo = echo
-        self._saves = 0
 
     def save(self, engine, step: int, state: dict) -> Path:
         """Write tag ``stepNNNNNNN`` with ``state`` (plus RNG states) as DeepSpeed client state; commit; retain."""
         tag = tag_name(step)
-        self._saves += 1
         if self.dist.is_main and (self.folder / tag).exists():  # left by an abandoned timeline: start clean
             shutil.rmtree(self.folder / tag)
         self.dist.barrier()
@@ -219,9 +213,6 @@ class CheckpointStore:
             previous = self.latest_complete()
             raise CheckpointSaveError(f"checkpoint {tag} not written: {why}; removed it, "
                                       + (f"{previous} stays the resume point" if previous else "no earlier checkpoint"))
-        fault = os.environ.get(FAULT_KILL_IN_SAVE)
-        if fault and int(fault) == self._saves:  # tests only (see FAULT_KILL_IN_SAVE)
-            os.kill(os.getpid(), signal.SIGKILL)
         self._commit(tag, {k: state[k] for k in ("step", "position", "tokens") if k in state})
         return self.folder / tag
 

@@ -3,13 +3,17 @@
 Each fault is detected on every rank at the same step (one scalar all-reduce) and reported in one line;
 the run then stops or skips as the recipe says (``train.on_nonfinite``, ``train.on_bad_batch``):
 
-- **Non-finite loss** (NaN/inf), detected *before* backward, so no weight has seen it. ``stop`` ends the
-  run with the last complete checkpoint intact (``--resume`` continues from it). ``skip`` does what
-  large runs do after a loss spike: reload the last complete checkpoint in place and replay the data
-  from there, leaving out the batch that produced the fault (its data position joins the run's skip
-  list, which later checkpoints carry), at most ``train.max_skips`` times per run.
-- **Corrupt batch** (token ids outside the vocabulary: a damaged or foreign shard). ``stop``, or ``skip``
-  the batch (no rollback needed: nothing was computed from it).
+- **Non-finite loss** (NaN/inf), detected before the backward of the micro-batch that produced it;
+  under gradient accumulation the step's earlier micro-batches may already have been backpropagated,
+  but no optimizer step has applied them. ``stop`` ends the run with the last complete checkpoint
+  intact (``--resume`` continues from it). ``skip`` does what large runs do after a loss spike: roll
+  back to the last complete checkpoint with a freshly built engine (so no gradient of the faulty step
+  survives in DeepSpeed's buffers, whatever the ZeRO stage) and replay the data from there, leaving
+  out the whole optimizer step that produced the fault (its data position joins the run's skip list,
+  which later checkpoints carry), at most ``train.max_skips`` times per run.
+- **Corrupt batch** (token ids outside the vocabulary: a damaged or foreign shard). Every micro-batch
+  of a step is checked before the step's first backward, so ``stop`` or ``skip`` (the whole step's
+  rows) needs no rollback: nothing was computed from them.
 - **SIGTERM / SIGUSR1** (a cluster scheduler's notice): the current step finishes, a checkpoint is
   written, and the run ends with status 143 so a requeue ``--resume``\\s from exactly there. The bound
   is one step plus one save.
@@ -20,18 +24,13 @@ the run then stops or skips as the recipe says (``train.on_nonfinite``, ``train.
 
 from __future__ import annotations
 
-import os
 import signal
 
 import numpy as np
 
-__all__ = ["TrainingFault", "NonFiniteLoss", "BadBatch", "StopSignal", "check_batch", "nan_injected", "respond",
-           "FAULT_NAN_AT_STEP", "EXIT_SIGNALLED"]
+__all__ = ["TrainingFault", "NonFiniteLoss", "BadBatch", "StopSignal", "check_batch", "respond", "EXIT_SIGNALLED"]
 
 EXIT_SIGNALLED = 143  # 128 + SIGTERM: the status schedulers expect from a job that stopped on their notice
-
-# Fault injection, for tests only: with LOGOS_FAULT_NAN_AT_STEP=N the loss of step N is NaN (once per Trainer).
-FAULT_NAN_AT_STEP = "LOGOS_FAULT_NAN_AT_STEP"
 
 
 class TrainingFault(RuntimeError):
@@ -39,7 +38,14 @@ class TrainingFault(RuntimeError):
 
 
 class NonFiniteLoss(TrainingFault):
-    """The loss of a micro-batch is NaN or infinite on some rank (raised before backward)."""
+    """The loss of a micro-batch is NaN or infinite on some rank (raised before that micro-batch's backward).
+
+    ``after_backward``: earlier micro-batches of the same optimizer step were already backpropagated.
+    """
+
+    def __init__(self, message: str, after_backward: bool = False):
+        super().__init__(message)
+        self.after_backward = after_backward
 
 
 class BadBatch(TrainingFault):
@@ -52,12 +58,6 @@ def check_batch(tokens: np.ndarray, vocab_size: int, where: str) -> None:
     if low < 0 or high >= vocab_size:
         raise BadBatch(f"{where}: token id {high if high >= vocab_size else low} outside the vocabulary "
                        f"(0..{vocab_size - 1}): the shard is corrupt or from another tokenizer")
-
-
-def nan_injected(step: int) -> bool:
-    """Tests only: whether ``LOGOS_FAULT_NAN_AT_STEP`` names this step (the trainer fires it once)."""
-    fault = os.environ.get(FAULT_NAN_AT_STEP)
-    return bool(fault) and int(fault) == step
 
 
 class StopSignal:
@@ -101,8 +101,8 @@ def respond(trainer, fault: TrainingFault) -> None:
         raise TrainingFault(f"{fault}; stopped: {t.max_skips} batches already skipped (train.max_skips); {where}")
     bad = trainer.position
     trainer.skipped.add(bad)
-    if isinstance(fault, NonFiniteLoss):  # weights are clean (no backward); optimizer steps since the
-        if not trainer.load():             # checkpoint are replayed without the batch, as if it never existed
+    if isinstance(fault, NonFiniteLoss):  # the optimizer steps since the checkpoint are replayed without
+        if not trainer.rollback():         # this step's rows, as if they never existed
             raise TrainingFault(f"{fault}; cannot skip: no checkpoint to roll back to")
     if trainer.dist.is_main:
         trainer.echo(f"train: {fault}; skipped the batch at data position {bad} ({trainer.skips}/{t.max_skips})"

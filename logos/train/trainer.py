@@ -18,11 +18,10 @@ loss mask covers only completions). The same loop runs one process on a laptop o
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import math
-import os
 import shutil
-import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from logos.train import distributed
 from logos.train.checkpoint import CheckpointSaveError, CheckpointStore
 from logos.train.engine import build_engine, ds_config, resolve_precision
 from logos.train.weights import full_state_dict
-from logos.train.faults import BadBatch, NonFiniteLoss, StopSignal, check_batch, nan_injected, respond
+from logos.train.faults import BadBatch, NonFiniteLoss, StopSignal, check_batch, respond
 from logos.train.metrics import MetricsLog, plot_losses
 from logos.train.model import build_model, load_base
 from logos.train.recipe import Recipe
@@ -49,9 +48,6 @@ __all__ = ["Trainer", "TrainResult", "pretrain"]
 CKPT_DIR, HF_DIR, TOKENIZER_DIR, MODEL_DIR = "checkpoints", "hf", "tokenizer", "model"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json",
                    "logos_tokenizer.json", "chat_template.jinja")
-# Fault injection, for tests only: with LOGOS_FAULT_KILL_AFTER_STEP=N the process SIGKILLs itself right
-# after step N's log row and checkpoint (a real kill at a known step; no polling of the run's files).
-FAULT_KILL_AFTER_STEP = "LOGOS_FAULT_KILL_AFTER_STEP"
 
 
 @dataclass
@@ -108,9 +104,8 @@ class Trainer:
         if self.config["zero_optimization"]["stage"] != t.zero_stage and self.dist.is_main:
             self.echo(f"train: ZeRO-{t.zero_stage} in one process partitions nothing; running stage 0 "
                       f"(ds_config.json records it)")
-        model = self._build_model()
         self.schedule = Schedule.from_recipe(recipe)
-        self.engine, self.scheduler = build_engine(model, recipe, self.schedule, self.config)
+        self.engine, self.scheduler = build_engine(self._build_model(), recipe, self.schedule, self.config)
         self.device = self.engine.device
         self.store = CheckpointStore(self.out / CKPT_DIR, self.dist, t.keep_checkpoints, self.echo)
         self.step_count = self.position = self.tokens_seen = 0
@@ -120,31 +115,32 @@ class Trainer:
         self.skipped: set[int] = set()  # data positions of batches left out (faults.py), carried by checkpoints
         self.skips = 0                  # ... of them, left out by this process
         self.stopped_by: str | None = None
-        self._nan_fired = False  # tests only (faults.FAULT_NAN_AT_STEP)
         self._t0: float | None = None
         self._rate_mark: tuple[int, float] | None = None
         if resume:
             self.load()
 
     # ------------------------------------------------------------------ set-up
-    def _build_model(self):
-        """The model, and the run directory's record of what is trained: recipe, configs, tokenizer."""
+    def _build_model(self, record: bool = True):
+        """The model; with ``record``, also the run directory's record of what is trained (recipe, configs,
+        tokenizer)."""
         t = self.recipe.train
         tokenizer_dir = self.out / TOKENIZER_DIR
         if self.dist.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
+        record = record and self.dist.is_main
         if t.init_from:  # continued pretraining: the base model and tokenizer plus the grammar symbols
             model, tokenizer = load_base(self.recipe, Path(t.init_from), self.meta["vocab_size"], self.config)
-            if self.dist.is_main:
+            if record:
                 tokenizer.save_pretrained(str(tokenizer_dir))
         else:
             model = build_model(self.recipe, self.meta["vocab_size"], self.meta["bos_id"], self.meta["eos_id"],
                                 self.meta.get("pad_id"), self.config)
-            if self.dist.is_main:
+            if record:
                 _copy_tokenizer(t.tokenizer, tokenizer_dir)
         if self.recipe.lora is not None:
             model = self._with_lora(model)
-        if self.dist.is_main:
+        if record:
             import yaml
 
             (self.out / "recipe.yaml").write_text(yaml.safe_dump(self.recipe.to_dict(), sort_keys=False))
@@ -181,30 +177,37 @@ class Trainer:
     def step(self) -> tuple[float, torch.Tensor, torch.Tensor]:
         """One optimizer step (``grad_accum`` micro-batches): this rank's mean loss, domain loss sums and counts.
 
-        Raises :class:`BadBatch` or :class:`NonFiniteLoss` on every rank at once, before any backward.
+        Faults are raised on every rank at once. Every micro-batch of the step is read and checked for
+        corrupt ids before the first backward (:class:`BadBatch`: nothing of the step was computed). A
+        non-finite loss is found only by the forward pass, so it is checked before each backward
+        (:class:`NonFiniteLoss`); found at micro-batch k > 1, the gradients of micro-batches 1..k-1 are
+        already in DeepSpeed's buffers and its micro-step counter has moved, which is why a skip rolls
+        back with :meth:`rollback` (a new engine, as a fresh ``--resume`` builds) rather than in place.
         """
         t = self.recipe.train
         rows = t.micro_batch * t.grad_accum * self.dist.world
         while self.position in self.skipped:
             self.position += rows
-        self.engine.train()
-        total, sums, counts = 0.0, torch.zeros(len(self.domains)), torch.zeros(len(self.domains))
-        for k in range(t.grad_accum):
-            start = self.position + (k * self.dist.world + self.dist.rank) * t.micro_batch
-            batch = self.train_reader.batch(start, t.micro_batch)
-            why = None
+        starts = [self.position + (k * self.dist.world + self.dist.rank) * t.micro_batch for k in range(t.grad_accum)]
+        batches = [self.train_reader.batch(start, t.micro_batch) for start in starts]
+        why = None
+        for start, batch in zip(starts, batches):
             try:
                 check_batch(batch.tokens, self.vocab_size, f"{t.data} train rows {start}..{start + t.micro_batch - 1}")
             except BadBatch as e:
                 why = str(e)
-            if self.dist.all_max(float(why is not None)) > 0:
-                raise BadBatch(why or f"{t.data}: a corrupt batch on another rank at data position {self.position}")
+                break
+        if self.dist.all_max(float(why is not None)) > 0:
+            raise BadBatch(why or f"{t.data}: a corrupt batch on another rank at data position {self.position}")
+        self.engine.train()
+        total, sums, counts = 0.0, torch.zeros(len(self.domains)), torch.zeros(len(self.domains))
+        for k, batch in enumerate(batches):
             loss, s, c = self._loss(batch)
             value = loss.item()
-            if nan_injected(self.step_count + 1) and not self._nan_fired:
-                value, self._nan_fired = float("nan"), True
             if self.dist.all_max(float(not math.isfinite(value))) > 0:
-                raise NonFiniteLoss(f"step {self.step_count + 1}: loss {value} at data position {self.position}")
+                raise NonFiniteLoss(f"step {self.step_count + 1}: loss {value} at data position {self.position}"
+                                    + (f" (micro-batch {k + 1} of {t.grad_accum})" if t.grad_accum > 1 else ""),
+                                    after_backward=k > 0)
             self.engine.backward(loss)
             self.engine.step()
             total, sums, counts = total + value / t.grad_accum, sums + s, counts + c
@@ -264,7 +267,6 @@ class Trainer:
                     self.stopped_by, done = signals.received or "a signal on another rank", True
                 if self.step_count % t.save_every == 0 or done:
                     self.save()
-                _fault_kill_after(self.step_count)
                 if done:
                     break
         seconds = time.perf_counter() - self._t0
@@ -364,6 +366,25 @@ class Trainer:
         if why:
             raise CheckpointSaveError(f"export {self.out / HF_DIR} not refreshed: {why}; the previous export is intact")
 
+    def rollback(self) -> bool:
+        """Back to the newest complete checkpoint exactly as a fresh ``--resume`` gets there (False: none).
+
+        The engine is rebuilt, not reloaded in place: a step cut short after some micro-batches' backward
+        leaves their gradients in DeepSpeed's buffers (per ZeRO stage: ``param.grad``, reduced partitions,
+        buckets) and its micro-step counter off the accumulation boundary; a new engine has neither.
+        """
+        if self.store.latest_complete() is None:
+            return False
+        old, self.engine, self.scheduler = self.engine, None, None
+        old.destroy()
+        del old
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        self.engine, self.scheduler = build_engine(self._build_model(record=False), self.recipe, self.schedule,
+                                                   self.config)
+        return self.load()
+
     def load(self) -> bool:
         """Resume from the newest complete checkpoint (False when starting fresh)."""
         state = self.store.load(self.engine)
@@ -411,12 +432,6 @@ def _copy_tokenizer(name: str, dest: Path) -> None:
     for f in TOKENIZER_FILES:
         if (src / f).exists():
             shutil.copy2(src / f, dest / f)
-
-
-def _fault_kill_after(step: int) -> None:
-    fault = os.environ.get(FAULT_KILL_AFTER_STEP)
-    if fault and int(fault) == step:  # tests only (see FAULT_KILL_AFTER_STEP)
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def pretrain(recipe: Recipe, resume: bool = False, progress: bool | None = None) -> TrainResult:

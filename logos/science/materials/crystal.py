@@ -14,6 +14,7 @@ files are read too, keeping partial occupancies.
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from logos.util.records import InputError, RecordError, WorkItem, open_text, pla
 CIF_SUFFIXES = (".cif",)
 JSON_SUFFIXES = (".json",)
 POSCAR_SUFFIXES = (".vasp", ".poscar")
+TABLE_SUFFIXES = (".csv",)  # a table with a ``cif`` column, one crystal per row (CDVAE's Perov-5, Carbon-24, MP-20)
 POSCAR_NAMES = ("POSCAR", "CONTCAR")
 # Angstrom: atoms closer than this are not physical (structural validity; the encoder refuses such pairs of
 # different elements; the MOF bond search treats them as overlapping)
@@ -157,6 +159,8 @@ def read_crystal_file(path: Path) -> Iterator[WorkItem]:
     elif name.endswith(JSON_SUFFIXES):
         for n, (ident, obj) in enumerate(_json_structures(path), 1):
             yield WorkItem(f"{path}:{ident}", obj, id=str(ident), extra={"format": "pymatgen"})
+    elif name.endswith(TABLE_SUFFIXES):
+        yield from _table_crystals(path)
     else:
         with open_text(path) as fh:
             yield WorkItem(str(path), fh.read(), id=path.stem, extra={"format": "poscar"})
@@ -166,7 +170,27 @@ def count_crystals(path: Path) -> int:
     if plain_name(path).endswith(CIF_SUFFIXES):
         with open_text(path) as fh:
             return max(1, sum(1 for line in fh if _DATA_LINE.match(line)))
+    if plain_name(path).endswith(TABLE_SUFFIXES):
+        return sum(1 for _ in _table_rows(path))
     return 1
+
+
+def _table_rows(path: Path) -> Iterator[tuple[int, dict]]:
+    """(line number, row) of a CSV table whose header has a ``cif`` column."""
+    csv.field_size_limit(1 << 26)
+    with open_text(path) as fh:
+        reader = csv.DictReader(fh)
+        if "cif" not in (reader.fieldnames or []):
+            raise InputError(f"no 'cif' column in the CSV header ({', '.join(reader.fieldnames or [])})")
+        for n, row in enumerate(reader, 2):
+            yield n, row
+
+
+def _table_crystals(path: Path) -> Iterator[WorkItem]:
+    """One work item per row of a CSV with a ``cif`` column; the id is ``material_id`` (or ``id``) when present."""
+    for n, row in _table_rows(path):
+        ident = row.get("material_id") or row.get("id") or None
+        yield WorkItem(f"{path}:{n}", row.get("cif") or "", id=ident, extra={"format": "cif"})
 
 
 def _json_structures(path: Path) -> Iterator[tuple[str, dict]]:

@@ -164,7 +164,8 @@ def cdvae_compositional_validity(composition: dict[str, float]) -> bool:
     smact_elems = [space[e] for e in elements]
     electronegs = [e.pauling_eneg for e in smact_elems]
     stoichs = [(c,) for c in counts]
-    for ox_states in itertools.product(*(e.oxidation_states for e in smact_elems)):
+    # SMACT lists no oxidation states for some elements (noble gases, the heaviest): no charge-neutral assignment
+    for ox_states in itertools.product(*((e.oxidation_states or ()) for e in smact_elems)):
         if smact.neutral_ratios(ox_states, stoichs=stoichs, threshold=max(counts)):
             try:
                 ok = pauling_test(ox_states, electronegs)
