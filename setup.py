@@ -3,8 +3,8 @@
 The grammar, tokenizers, the tiny checkpoint and the recipes stay in their top-level repository folders
 (``tokenizers/`` must never become a Python package: it would shadow Hugging Face ``tokenizers``).
 ``build_py`` copies them, keeping their relative paths, to ``<build_lib>/logos/_shipped/``, where
-``logos.resources`` finds them at run time. ``MANIFEST.in`` lists the same files so that an sdist, and
-a wheel built from it, carries them too. Editable installs copy nothing (``logos.resources`` then reads
+``logos.util.resources`` finds them at run time. ``MANIFEST.in`` lists the same files so that an sdist, and
+a wheel built from it, carries them too. Editable installs copy nothing (``logos.util.resources`` then reads
 the checkout), except in setuptools' strict editable mode, which links the same mapping.
 """
 

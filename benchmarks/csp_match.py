@@ -18,16 +18,16 @@ import argparse
 import csv
 import io
 import json
+import os
 import random
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from retro_topk import wilson  # noqa: E402
+from logos.evaluate.stats import wilson  # noqa: E402
 
-TEST = Path(__file__).resolve().parents[2] / "shared" / "data" / "cdvae" / "perov_5_test.csv.xz"
+TEST = Path(os.environ.get("DATA", "data")) / "cdvae" / "perov_5_test.csv.xz"  # $DATA: see BENCHMARKS.md, Setup
 
 
 def main() -> int:
@@ -42,9 +42,9 @@ def main() -> int:
     args = ap.parse_args()
 
     from logos.cli import main as cli
-    from logos.finetune.crystals import split_crystal_text
-    from logos.materials import encode_crystal, read_cif_block
-    from logos.records import open_text
+    from logos.tasks.crystal_pairs import split_crystal_text
+    from logos.science.materials import encode_crystal, read_cif_block
+    from logos.util.records import open_text
 
     with open_text(args.test) as fh:
         rows = list(csv.DictReader(fh))

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # logos evaluate on every task: the shipped tiny-moses model (molecule) and ground truth / simple baselines
 # (the other tasks have no shipped model yet). Prints each command's wall time; reports land in $OUT/<task>/.
-# Usage: benchmarks/evaluate_bench.sh [OUT]   (needs /work/shared/data for USPTO-50k and Perov-5)
+# Usage: DATA=DIR benchmarks/evaluate_bench.sh [OUT]   (DIR holds USPTO-50k's raw_test.csv.xz and CDVAE's
+# perov_5_test.csv.xz, under uspto50k/ and cdvae/)
 set -euo pipefail
 OUT=${1:-bench_eval}
 PY=${PY:-.venv/bin/python}
-SHARED=${SHARED:-/work/shared/data}
+SHARED=${DATA:?set DATA to the folder holding uspto50k/ and cdvae/}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$OUT"
 t() { local s=$(date +%s.%N); "$@"; echo "TIME $(echo "$(date +%s.%N) - $s" | bc) s: $*" | tee -a "$OUT/times.txt"; }
@@ -40,7 +41,7 @@ t $L evaluate --task csp --predictions "$SHARED/cdvae/perov_5_test.csv.xz" --ref
 # unconditional crystals: 500 Materials Project structures as "samples" vs the whole set (its training corpus here)
 $PY - "$OUT" <<'PYEOF'
 import json, sys
-from logos.data import fetch
+from logos.data.datasets import fetch
 d = json.load(open(fetch("mp-dielectric")))["structure"]
 keys = list(d)[:500]
 json.dump({"structure": {k: d[k] for k in keys}}, open(f"{sys.argv[1]}/mp_500.json", "w"))
@@ -50,7 +51,7 @@ t $L evaluate --task crystal --predictions "$OUT/mp_500.json" --references mp-di
 # pockets and ligands: the PoseBusters complexes; ground-truth pockets, and the crystal ligands (Vina)
 $PY - "$OUT" <<'PYEOF'
 import csv, json, sys
-from logos.data import fetch
+from logos.data.datasets import fetch
 from logos.evaluate.pockets import read_sites
 from rdkit import Chem
 folder = fetch("posebusters-complexes")
@@ -64,7 +65,7 @@ with open(f"{sys.argv[1]}/ligands.jsonl", "w") as fh:
         fh.write(json.dumps({"id": sdf.name.split("_")[0], "smiles": Chem.MolToSmiles(m)}) + "\n")
 print(folder)
 PYEOF
-PB=$($PY -c "from logos.data import fetch; print(fetch('posebusters-complexes'))")
+PB=$($PY -c "from logos.data.datasets import fetch; print(fetch('posebusters-complexes'))")
 t $L evaluate --task pocket --predictions "$OUT/truth.pocket.csv" --references "$PB" -o "$OUT/pocket_truth"
 t $L evaluate --task ligand --predictions "$OUT/ligands.jsonl" --references "$PB" --vina -o "$OUT/ligand_crystal"
 

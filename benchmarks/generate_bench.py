@@ -5,7 +5,7 @@ chemistry, rejections and resampling counted) and unconstrained (task mask and b
 alternating which goes first; medians over rounds. Models: the shipped tiny checkpoint (5M; a
 forward pass costs about as much as the mask) and a randomly initialised ~100M Llama with the
 LOGOS vocabulary (hidden 768, 14 layers), where users' models put the mask in proportion. Target
-(issue 10): constrained >= 0.8x unconstrained samples/s for every task at batch 16 on the ~100M model.
+target: constrained >= 0.8x unconstrained samples/s for every task at batch 16 on the ~100M model.
 
     PYTHONPATH=. .venv/bin/python benchmarks/generate_bench.py --model tiny --rounds 3
     PYTHONPATH=. .venv/bin/python benchmarks/generate_bench.py --model 100m --rounds 2

@@ -42,7 +42,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 H200_BF16_DENSE = 989e12      # NVIDIA H200 SXM datasheet, dense BF16 tensor-core peak
-H200_BF16_MATMUL = 790e12     # what a large bf16 GEMM reaches on the lent machine (issue 15); measured below too
+H200_BF16_MATMUL = 790e12     # what a large bf16 GEMM reaches on an H200; measured below too
 PARTS = ("train", "zero3", "generate")
 
 
@@ -143,7 +143,7 @@ def part_train(args, work: Path) -> dict:
 
 
 def _planned_gib(recipe) -> dict:
-    from logos.plan import activation_bytes, model_size, zero_memory
+    from logos.train.plan import activation_bytes, model_size, zero_memory
     from logos.train.model import vocab_of
     from logos.train.recipe import padded_vocab
 
@@ -195,7 +195,7 @@ def part_generate(args, work: Path) -> dict:
 
 def score(folder: Path) -> dict:
     """Validity of the texts a GPU run wrote (run here: RDKit and pymatgen)."""
-    from logos.grammar import is_valid
+    from logos.language.grammar import is_valid
 
     out = {}
     for path in sorted(folder.rglob("*.samples.jsonl")):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The GPU check (issue 15) on the lent machine: install the carried wheels, then run benchmarks/gpu_check.py.
-# Prepared here by `make gpu-wheels` (gpu_wheels/ and gpu_shards/, carried with the tree). On the GPU machine:
+# The GPU check on a machine with one GPU and no package index: install the bundled wheels, then run
+# benchmarks/gpu_check.py. The bundle is made by `make gpu-wheels` (gpu_wheels/ and gpu_shards/, copied with the tree).
+# On the GPU machine:
 #   bash benchmarks/gpu_check.sh            # writes $OUT/gpu_check.json and the generated texts under $OUT
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,4 +1,4 @@
-"""Token shards for the GPU check (issue 15): the 500-molecule MOSES fixture, tokenized and packed, small to carry.
+"""Token shards for the GPU check: the 500-molecule MOSES fixture, tokenized and packed, small enough to bundle.
 
     python benchmarks/gpu_shards.py gpu_shards
 """
@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def main(out: str) -> int:
     from logos.cli import main as cli
-    from logos.pack import pack
+    from logos.data.pack import pack
 
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "moses.jsonl"

@@ -10,7 +10,7 @@ JSONL, error log included); "encoders in-process" runs the same pipeline in this
 (``tokenize_files`` with ``workers=0``: the encoders and the JSON lines, no process start, no
 isolation). The CCD comes from its prebuilt index (:mod:`logos.domains.ccd_index`, built once per
 machine). ``--repeats`` rounds alternate the order of the three sides; medians and the spread of
-the per-round time ratios are printed. Target (issue 13): plain chains in-process <= 2x bare.
+the per-round time ratios are printed. Target: plain chains in-process <= 2x bare.
 
     PYTHONPATH=. .venv/bin/python benchmarks/protein_bench.py [--repeats 2] [--workers 1] [--copies 20]
 """
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import gemmi
 
-from logos import data
+from logos.data import datasets as data
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "assets" / "protein" / "7ztl_protein.pdb.gz"
 
@@ -58,7 +58,7 @@ def logos_inprocess(paths: list[Path], out: Path, *flags: str) -> float:
     """``tokenize_files`` in this process: the encoders without interpreter start and imports."""
     from logos.cli import build_parser
     from logos.domains import encoder_options
-    from logos.encode import tokenize_files
+    from logos.data.encode import tokenize_files
 
     args = build_parser().parse_args(["tokenize", *map(str, paths), "-o", str(out), *flags])
     options = encoder_options(vars(args), strict=False)

@@ -12,24 +12,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
+import os
 import random
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-TEST = Path(__file__).resolve().parents[2] / "shared" / "data" / "uspto50k" / "raw_test.csv.xz"
+from logos.evaluate.stats import wilson
+
+TEST = Path(os.environ.get("DATA", "data")) / "uspto50k" / "raw_test.csv.xz"  # $DATA: see BENCHMARKS.md, Setup
 KS = (1, 3, 5, 10)
-
-
-def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    if n == 0:
-        return (0.0, 0.0)
-    p = hits / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 def main() -> int:
@@ -43,7 +36,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from logos.domains.reaction import parse_reaction
-    from logos.finetune.data import _reactions
+    from logos.tasks.pairs import _reactions
     from logos.generate import GenerateOptions, Sampling, generate
 
     rows = list(_reactions(args.test))

@@ -18,11 +18,11 @@ from pathlib import Path
 
 from rdkit import Chem, RDConfig
 
-from logos import data
+from logos.data import datasets as data
 from logos.domains import DOMAINS, encoder_options, molecule, reaction
-from logos.encode import tokenize_files
-from logos.grammar import validate
-from logos.records import RecordError, read_records
+from logos.data.encode import tokenize_files
+from logos.language.grammar import validate
+from logos.util.records import RecordError, read_records
 
 OPTIONS = encoder_options()
 CONTRIB = Path(RDConfig.RDContribDir)

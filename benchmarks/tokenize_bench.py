@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from logos import data
+from logos.data import datasets as data
 
 
 def _bare_chunk(lines: list[str]) -> int:

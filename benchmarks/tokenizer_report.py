@@ -17,9 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from logos.grammar import special_tokens  # noqa: E402
-from logos.records import read_records  # noqa: E402
-from logos.tokenizer import load_tokenizer  # noqa: E402
+from logos.language.grammar import special_tokens  # noqa: E402
+from logos.util.records import read_records  # noqa: E402
+from logos.language.tokenizer import load_tokenizer  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,7 @@ DeepSpeed engine (``logos.train.Trainer``, ZeRO stage from ``--zero``) and a han
 (autocast forward, masked loss, backward, ``clip_grad_norm_``, AdamW, LambdaLR; with 2 processes
 wrapped in ``DistributedDataParallel``, gloo) alternate in rounds within one run, so load from other
 processes hits both alike; the median round and the spread (min-max) are reported. Then the shard
-reader draws training batches as fast as it can. Targets (issue 9): ZeRO-2 >= 0.95x plain with 1
+reader draws training batches as fast as it can. Targets: ZeRO-2 >= 0.95x plain with 1
 and 2 processes, on the tiny preset and on a ~50M model; reader >= 100x what training consumes.
 
     PYTHONPATH=. .venv/bin/python benchmarks/train_bench.py --zero 2                    # tiny, 1 process
@@ -82,7 +82,7 @@ def timed(step, n: int, dist) -> float:
 
 
 def worker(args, data: Path, out: Path) -> dict:
-    from logos.shards import ShardReader
+    from logos.data.shards import ShardReader
     from logos.train import Trainer
     from logos.train.recipe import load_recipe
 

@@ -5,7 +5,7 @@ trainer (``logos.train.Trainer``): build (ZeRO-3: partitioned at construction), 
 steps, then a checkpoint save with its Hugging Face export (ZeRO-3: gathered one module at a time).
 Every rank reports its resident set after each phase and its peak (``ru_maxrss``); the fixed
 per-process cost is the resident set after importing torch/transformers/DeepSpeed and joining the
-process group, before any model exists. Target (issue 9): ZeRO-3 peak <= 0.7x ZeRO-0's.
+process group, before any model exists. Target: ZeRO-3 peak <= 0.7x ZeRO-0's.
 
     PYTHONPATH=. .venv/bin/python benchmarks/zero_memory.py              # layers 20, hidden 1024 (~340M)
     PYTHONPATH=. .venv/bin/python benchmarks/zero_memory.py --layers 4   # quick check of the script

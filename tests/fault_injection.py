@@ -22,7 +22,7 @@ import json
 import os
 import signal
 
-from logos.shards import Batch, ShardReader
+from logos.data.shards import Batch, ShardReader
 from logos.train.checkpoint import CheckpointStore
 from logos.train.trainer import Trainer
 

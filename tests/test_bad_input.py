@@ -112,7 +112,7 @@ def test_unwritable_output_is_one_line(tmp_path, run_cli):
 
 def test_dative_bonds_round_trip(tmp_path, run_cli):
     """RDKit writes coordination bonds as -> / <-; the grammar and the reaction splitter accept them."""
-    from logos.grammar import validate
+    from logos.language.grammar import validate
     src = tmp_path / "pt.smi"
     src.write_text("[NH3]->[Pt](<-[NH3])(Cl)Cl cisplatin\n")
     rxn = tmp_path / "pt.rsmi"

@@ -16,8 +16,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
 from conftest import ASSETS, REPO
-from logos.grammar import special_tokens
-from logos.shards import load_meta
+from logos.language.grammar import special_tokens
+from logos.data.shards import load_meta
 from train_fixtures import MOSES_500
 
 BASE_TEXT = ["The quick brown fox jumps over the lazy dog.", "Proteins fold; molecules react <maybe>.",

@@ -9,7 +9,8 @@ from rdkit import Chem
 from rdkit.Chem.Scaffolds import MurckoScaffold
 
 from conftest import ASSETS, REPO, records
-from logos.corpus import CorpusConfig, Source, build_corpus, load_config
+from logos.data.corpus import CorpusConfig, Source, load_config
+from logos.data.corpus_build import build_corpus
 
 
 def _config(tmp_path, **kw) -> CorpusConfig:
@@ -102,11 +103,11 @@ def _digest_in_copy(tmp_path, name: str, domain: str, edit: str | None = None) -
     root = tmp_path / name
     shutil.copytree(REPO / "logos", root / "logos", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "grammar", root / "grammar")
-    shutil.copy2(REPO / "pyproject.toml", root / "pyproject.toml")  # marks a source checkout (logos.resources)
+    shutil.copy2(REPO / "pyproject.toml", root / "pyproject.toml")  # marks a source checkout (logos.util.resources)
     if edit:
         path = root / "logos" / edit
         path.write_text(path.read_text() + "\n# an encoder change\n")
-    code = f"from logos.corpus import encoder_digest; print(encoder_digest({domain!r}))"
+    code = f"from logos.data.corpus import encoder_digest; print(encoder_digest({domain!r}))"
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True,
                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)})
     return out.stdout.strip()
@@ -124,7 +125,7 @@ def test_encoder_digest_follows_the_encoder_source_per_domain(tmp_path):
 def test_part_is_redone_when_its_encoder_or_the_tokenizer_contents_change(tmp_path, monkeypatch):
     import shutil
 
-    import logos.corpus as corpus
+    import logos.data.corpus as corpus
 
     tokenizer = tmp_path / "tok"
     shutil.copytree(REPO / "tokenizers" / "default", tokenizer)
@@ -157,7 +158,7 @@ def test_corpus_options_are_typed_and_the_library_never_imports_the_cli(tmp_path
     config = tmp_path / "c.yaml"
     config.write_text("sources:\n  - name: r\n    files: [x.rsmi]\n    args: ['--retro']\n"
                       "    options: {drop_agents: true}\n")
-    code = ("import sys; from logos.corpus import load_config, _tokenize_options; "
+    code = ("import sys; from logos.data.corpus import load_config, _tokenize_options; "
             f"c = load_config({str(config)!r}); o, d = _tokenize_options(c.sources[0]); "
             "print(o['reaction'].retro, o['reaction'].drop_agents, 'logos.cli' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from conftest import ASSETS, REPO
-from logos.corpus import SPLITS, CorpusConfig, Source, build_corpus
+from logos.data.corpus import SPLITS, CorpusConfig, Source
+from logos.data.corpus_build import build_corpus
 
 TOKENIZER = str(REPO / "tokenizers" / "default")
 GOOD = [l.split()[0] for l in (ASSETS / "molecules" / "moses_test_200.smi").read_text().splitlines()[:20]]
@@ -45,7 +46,7 @@ def _digest(path) -> str:
 def ray_engine(tmp_path_factory):
     import ray  # a missing Ray fails here (make test installs logos[ray]); never a silent skip
 
-    from logos.corpus_ray import FAULT_ENV, RayEngine
+    from logos.data.corpus_ray import FAULT_ENV, RayEngine
 
     fault = tmp_path_factory.mktemp("fault")
     os.environ[FAULT_ENV] = str(fault)  # before ray.init: the Ray workers inherit it
@@ -118,8 +119,8 @@ def test_a_record_that_crashes_the_parser_is_logged_and_skipped(ray_engine, tmp_
 
 def test_token_shards_in_parts_read_as_one_corpus(built, ray_engine, tmp_path):
     """pack --parts (one Ray task per split chunk) gives the rows of one pack over the whole split files."""
-    from logos.pack import pack, pack_parts
-    from logos.shards import ShardReader, load_meta
+    from logos.data.pack import pack, pack_parts
+    from logos.data.shards import ShardReader, load_meta
 
     local, ray_out, _, _ = built
     whole = tmp_path / "whole"

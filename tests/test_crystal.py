@@ -11,15 +11,15 @@ import gemmi
 import numpy as np
 import pytest
 
-from logos import materials as crystal
+from logos.science import materials as crystal
 from logos.cli import main
-from logos.data import DATASETS
+from logos.data.datasets import DATASETS
 from logos.domains import DOMAINS, detect
 from logos.domains.crystal import CrystalOptions
-from logos.grammar import validate
-from logos.materials.validity import check_crystal, compositional_validity, summarize
-from logos.materials.wyckoff import MULTIPLICITY, ORIGIN_SHIFT, full_lattice, multiplicity
-from logos.records import RecordError, WorkItem
+from logos.language.grammar import validate
+from logos.science.materials.validity import check_crystal, compositional_validity, summarize
+from logos.science.materials.wyckoff import MULTIPLICITY, ORIGIN_SHIFT, full_lattice, multiplicity
+from logos.util.records import RecordError, WorkItem
 
 CRYSTAL = DOMAINS["crystal"]
 
@@ -98,7 +98,7 @@ def test_decoded_cells_have_the_declared_space_group(round_trip):
     """spglib (symprec 0.01) finds the declared group in every decoded unit cell, and every site expands to its
     letter's multiplicity (the v2 text places each site on its Wyckoff position)."""
     import spglib
-    from logos.materials.symmetry import quiet_spglib
+    from logos.science.materials.symmetry import quiet_spglib
     recs, _ = round_trip
     for rec in recs:
         decoded = crystal.decode_text(rec["text"])
@@ -335,7 +335,7 @@ def test_validity_hand_checked_cases():
     r = check_crystal(NACL.replace("Cl<wb>", "Cl<wz>"))
     assert r.parsed is False and "no Wyckoff position 'z'" in " ".join(r.reasons)
     assert compositional_validity("Fe3Ni")[0]  # alloy
-    from logos.materials.validity import cdvae_compositional_validity
+    from logos.science.materials.validity import cdvae_compositional_validity
 
     assert cdvae_compositional_validity({"Ar": 1, "F": 2}) is False  # SMACT lists no oxidation states for Ar
     s = summarize([NACL, nacl2, "<CrystalS>"])
@@ -367,8 +367,8 @@ def test_wyckoff_table_agrees_with_spglib():
 def _letters_agree(sg: int, seed: int) -> list[tuple]:
     """Cells of the general orbit plus one orbit of each special position (random free coordinates): the
     positions where spglib's letter has no atom on that letter's first triplet."""
-    from logos.materials.symmetry import symmetry_dataset
-    from logos.materials.text import _composite_cell, _orbits
+    from logos.science.materials.symmetry import symmetry_dataset
+    from logos.science.materials.text import _composite_cell, _orbits
     rng = np.random.default_rng(seed)
     n = len(crystal.lattice_free(sg))
     lattice = full_lattice(sg, {6: [7.1, 8.3, 9.7, 77.0, 95.0, 101.0], 4: [7.1, 8.3, 9.7, 95.0], 3: [7.1, 8.3, 9.7],

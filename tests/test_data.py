@@ -6,7 +6,7 @@ import gzip
 import io
 import zipfile
 
-from logos import data
+from logos.data import datasets as data
 
 
 def test_fetch_reads_member_from_cached_wheel_and_samples_reproducibly(tmp_path, monkeypatch):

@@ -8,8 +8,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
 from conftest import ASSETS
-from logos.extend import PAD_MULTIPLE, load_extended
-from logos.grammar import special_tokens
+from logos.language.extend import PAD_MULTIPLE, load_extended
+from logos.language.grammar import special_tokens
 
 BASE_TEXT = ["The quick brown fox jumps over the lazy dog.", "Proteins fold; molecules react <maybe>.",
              "x = 3.14 * r ** 2  # area"]

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from logos.finetune.data import PairOptions, build_pairs
-from logos.records import ErrorLog
+from logos.tasks import build_pairs
+from logos.tasks.pairs import PairOptions
+from logos.util.records import ErrorLog
 from logos.train.recipe import load_recipe
 from train_fixtures import REPO, cli_env
 
@@ -75,8 +76,8 @@ def test_split_and_jsonl_pairs_cut_at_the_marker_and_refuse_bad_rows(tmp_path):
 
 
 def test_loss_mask_covers_exactly_the_completion_and_its_end(tmp_path):
-    from logos.pack import pack
-    from logos.shards import ShardReader
+    from logos.data.pack import pack
+    from logos.data.shards import ShardReader
     from transformers import AutoTokenizer
 
     tok_dir = REPO / "checkpoints" / "tiny-moses"

@@ -48,8 +48,8 @@ def mutated(draw, pool: list[str], alphabet: str = SMILES_ALPHABET):
 
 def _encode(domain: str, payload: str):
     from logos.domains import default_options
-    from logos.encode import _encode_one, _init_worker
-    from logos.records import WorkItem, bounded
+    from logos.data.encode import _encode_one, _init_worker
+    from logos.util.records import WorkItem, bounded
 
     _init_worker(default_options())
     start = time.monotonic()
@@ -59,7 +59,7 @@ def _encode(domain: str, payload: str):
         assert "internal error" not in reason, reason  # encoders raise RecordError, not a stray exception
         assert len(bounded(reason)) <= 200
     for line in lines:
-        from logos.grammar import validate
+        from logos.language.grammar import validate
 
         validate(json.loads(line)["text"])  # whatever is written parses under the grammar
     return lines, bad
@@ -103,8 +103,8 @@ SUFFIXES = [".smi", ".sdf", ".rsmi", ".fasta", ".pocket.csv", ".pocket.json", ".
 @given(mutated(TEXTS, alphabet=SMILES_ALPHABET + "<>KMQ"), st.sampled_from(SUFFIXES))
 def test_detokenizers_on_malformed_text(tmp_path_factory, text, suffix):
     from logos.domains import writer_for
-    from logos.grammar import GrammarError, validate
-    from logos.records import RecordError
+    from logos.language.grammar import GrammarError, validate
+    from logos.util.records import RecordError
 
     out = tmp_path_factory.mktemp("detok") / f"out{suffix}"
     with writer_for(out)(out) as writer:

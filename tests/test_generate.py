@@ -15,9 +15,9 @@ from rdkit import Chem, rdBase
 
 from conftest import ASSETS, REPO
 from logos.generate import GenerateOptions, Sampling, generate
-from logos.generate.chemistry import SmilesState
-from logos.generate.constraints import TokenTable
-from logos.grammar import is_valid
+from logos.decoding.chemistry import SmilesState
+from logos.decoding.constraints import TokenTable
+from logos.language.grammar import is_valid
 
 SHIPPED = REPO / "checkpoints" / "tiny-moses"
 TOKENIZER = REPO / "tokenizers" / "default"
@@ -68,7 +68,7 @@ def test_crystal_sites_must_add_up_to_the_prompt_composition():
     """Pm-3m (221): a, b hold 1 atom, c, d 3, e 6. CaTiO3 as Ca<wa> Ti<wb> O<wc> closes; other counts never do."""
     from transformers import AutoTokenizer
 
-    from logos.generate.composition import CompositionRows
+    from logos.decoding.composition import CompositionRows
 
     tok = AutoTokenizer.from_pretrained(str(TOKENIZER))
     table = TokenTable(tok, len(tok))
@@ -222,8 +222,7 @@ def test_a_checkpoint_of_an_unknown_grammar_is_refused(tmp_path, run_cli):
 
 
 def test_summary_counts_novelty_against_a_reference_in_other_spellings(tmp_path):
-    from logos.generate import molecule_summary
-
+    from logos.evaluate.molecules import molecule_summary
     result = generate(SHIPPED, tmp_path / "g.smi", GenerateOptions(n=8, batch_size=8), progress=False)
     written = [re.search(r"<MoleculeS>([^<]+)<MoleculeE>", s.text).group(1) for s in result.samples if s.written]
     unique = {_canonical(s) for s in written}

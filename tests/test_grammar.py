@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from logos import grammar
-
+from logos.language import grammar
 CRYSTALS = Path(__file__).parent / "assets" / "crystal"
 
 VALID = [
@@ -94,7 +93,7 @@ def test_llguidance_loads_the_same_grammar_file():
     """The unchanged grammar file drives llguidance with the shared tokenizer (constrained decoding)."""
     llguidance = pytest.importorskip("llguidance")
     import llguidance.hf
-    from logos.tokenizer import load_tokenizer
+    from logos.language.tokenizer import load_tokenizer
     from conftest import REPO
 
     tok = load_tokenizer(REPO / "tokenizers" / "default")
@@ -116,15 +115,15 @@ def llg():
     llguidance = pytest.importorskip("llguidance")
     import llguidance.hf
     from conftest import REPO
-    from logos.tokenizer import load_tokenizer
+    from logos.language.tokenizer import load_tokenizer
 
     tok = load_tokenizer(REPO / "tokenizers" / "default")
     return llguidance, tok, llguidance.hf.from_tokenizer(tok)
 
 
 def test_fragment_compiles_for_all_230_groups_and_accepts_encoded_texts(llg):
-    from logos import materials as crystal
-    from logos.materials.constraint import crystal_grammar
+    from logos.science import materials as crystal
+    from logos.decoding.crystal_rules import crystal_grammar
     llguidance, tok, lltok = llg
     t = time.perf_counter()
     compiled = llguidance.LLMatcher.grammar_from_lark(crystal_grammar())
@@ -153,9 +152,9 @@ def test_random_walks_through_the_matcher_decode(llg):
     import gemmi
     import llguidance.numpy as lln
     import numpy as np
-    from logos import materials as crystal
-    from logos.materials.constraint import crystal_grammar
-    from logos.records import RecordError
+    from logos.science import materials as crystal
+    from logos.decoding.crystal_rules import crystal_grammar
+    from logos.util.records import RecordError
     llguidance, tok, lltok = llg
     close = tok.convert_tokens_to_ids("<CrystalE>")
     rng = np.random.default_rng(0)

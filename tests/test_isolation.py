@@ -69,7 +69,7 @@ def test_without_size_limits_a_crash_or_stall_costs_one_record(tmp_path, workers
 
 def test_max_atoms_does_not_count_the_letters_of_a_protein_sequence(tmp_path):
     """--max-atoms is for SMILES/SDF/reaction records; a 1,601-residue FASTA sequence is a protein, not 1,260 'atoms'."""
-    from logos.encode import tokenize_files
+    from logos.data.encode import tokenize_files
 
     seq = "M" + "ACDEFGHIKLMNPQRSTVWY" * 80
     (tmp_path / "long.fasta").write_text(f">long\n{seq}\n")
@@ -124,7 +124,7 @@ def _crashy(x: int) -> int:
 
 @pytest.mark.parametrize("workers", [1, 3])
 def test_pool_restarts_crashed_and_stalled_workers_and_keeps_order(workers):
-    from logos.isolate import Failure, imap_isolated
+    from logos.util.isolate import Failure, imap_isolated
 
     out = list(imap_isolated(range(40), _crashy, workers=workers, timeout=1.5, batch=5))
     assert [item for item, _ in out] == list(range(40))
@@ -151,7 +151,7 @@ def test_no_remote_code_anywhere_in_the_package():
 @pytest.mark.parametrize("ident", ["../../etc/passwd", "/etc/passwd", "a\x00b", "..", ".", "", "a/../../b",
                                    "C:\\Windows\\x", "~/.ssh/id", "\n\t"])
 def test_safe_name_stays_inside_the_folder(tmp_path, ident):
-    from logos.records import safe_name
+    from logos.util.records import safe_name
 
     name = safe_name(ident)
     assert name and "/" not in name and "\\" not in name and "\x00" not in name and not name.startswith(".")

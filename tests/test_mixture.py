@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from conftest import ASSETS
-from logos.pack import pack
-from logos.shards import MixtureReader, ShardReader
-from logos.records import InputError
+from logos.data.pack import pack
+from logos.data.shards import MixtureReader, ShardReader
+from logos.util.records import InputError
 from logos.train import Trainer
 from train_fixtures import MOSES_500, TOKENIZER, tiny_recipe
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from rdkit import Chem
 
-from logos import materials
-from logos.materials import framework
+from logos.science import materials
+from logos.science.materials import framework
 from logos.cli import main
 from logos.domains import mof
-from logos.grammar import validate
-from logos.records import RecordError, WorkItem
+from logos.language.grammar import validate
+from logos.util.records import RecordError, WorkItem
 
 ASSETS = Path(__file__).parent / "assets" / "mof"
 BDC = "O=C([O-])c1ccc(C(=O)[O-])cc1"  # terephthalate (1,4-benzenedicarboxylate)
@@ -106,7 +106,7 @@ def test_mof_validity():
 
 
 def test_validity_report_sorts_crystals_and_mofs():
-    from logos.materials.validity import validity_report
+    from logos.science.materials.validity import validity_report
 
     good = f"<MaterialS><MetalS>Zn4O<MetalE><MoleculeS>{BDC}<MoleculeE><MaterialE>"
     nacl = ("<CrystalS><sg225> 5.640 5.640 5.640 90.00 90.00 90.00 "

@@ -9,7 +9,7 @@ from rdkit import Chem
 
 from conftest import ASSETS, records
 from logos.domains import molecule
-from logos.grammar import validate
+from logos.language.grammar import validate
 
 MOLS = ASSETS / "molecules"
 SMI_SETS = ["moses_test_200.smi", "chembl_actives_50.smi", "pubchem_charged_stereo_120.smi"]

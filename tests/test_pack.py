@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from logos.pack import pack
-from logos.shards import ShardReader, load_meta
+from logos.data.pack import pack
+from logos.data.shards import ShardReader, load_meta
 from train_fixtures import MOSES_500, TOKENIZER, make_shards
 
 
@@ -95,7 +95,7 @@ def run_pack_cli(shards, tmp_path, capsys):
 
 
 def test_pack_rejects_empty_input(tmp_path):
-    from logos.records import InputError
+    from logos.util.records import InputError
 
     empty = tmp_path / "empty.jsonl"
     empty.write_text('{"logos_header": {}}\n')
@@ -110,8 +110,8 @@ def test_fixture_is_real_moses():
 
 # ---------------------------------------------------------------- split leakage and the loss mask
 def _keys_by_split(shard_dir, corpus_records):
-    """Group keys (logos.splits) of the records whose documents landed in each split."""
-    from logos.splits import group_key
+    """Group keys (logos.data.splits) of the records whose documents landed in each split."""
+    from logos.data.splits import group_key
 
     tok = AutoTokenizer.from_pretrained(str(TOKENIZER))
     by_text = {}
@@ -131,7 +131,7 @@ def test_augmented_variants_and_reaction_forms_never_straddle_the_split(tmp_path
 
     from conftest import ASSETS, records
     from logos.cli import main
-    from logos.splits import group_key
+    from logos.data.splits import group_key
 
     mols, fwd, retro = tmp_path / "m.jsonl", tmp_path / "f.jsonl", tmp_path / "r.jsonl"
     assert main(["tokenize", str(MOSES_500), "--augment", "3", "-o", str(mols), "-q"]) == 0

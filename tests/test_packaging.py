@@ -3,7 +3,7 @@
 The wheel is built from a copy of the checkout (``pip wheel --no-build-isolation``: the venv's setuptools,
 offline), installed with ``pip install --target`` and run as its console script from an unrelated working
 directory, with ``PYTHONPATH`` = the install target so the wheel's ``logos`` wins over the editable one.
-The resolver's unit tests run in-process (``logos.resources`` is imported inside them so that, on a tree
+The resolver's unit tests run in-process (``logos.util.resources`` is imported inside them so that, on a tree
 without it, the wheel tests still run and fail for the real reason).
 """
 
@@ -117,7 +117,7 @@ def test_installed_cli_runs_from_any_directory(built, tmp_path):
     assert not [p for p in work.iterdir() if p.is_dir()]  # no folder appeared in the working directory
 
     # The wheel's logos was the one that ran, and it read its own copy of the data.
-    probe = ("import logos, logos.grammar as g, logos.resources as r; "
+    probe = ("import logos, logos.language.grammar as g, logos.util.resources as r; "
              "print(logos.__file__); print(g.GRAMMAR_PATH); print(r.resolve('pretrain/tiny.yaml')); "
              "print(r.resolve('pretrain/ds_zero3.json')); print(r.resolve('tokenizers/default'))")
     lines = _run([sys.executable, "-c", probe], cwd=work, env=env).stdout.splitlines()
@@ -130,8 +130,7 @@ def test_installed_cli_runs_from_any_directory(built, tmp_path):
 
 
 def test_user_path_wins_over_shipped(tmp_path, monkeypatch):
-    from logos import resources
-
+    from logos.util import resources
     (tmp_path / "tokenizers" / "default").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)
     assert resources.resolve("tokenizers/default") == Path("tokenizers/default")
@@ -139,8 +138,7 @@ def test_user_path_wins_over_shipped(tmp_path, monkeypatch):
 
 
 def test_shipped_path_from_an_unrelated_directory(tmp_path, monkeypatch):
-    from logos import resources
-
+    from logos.util import resources
     monkeypatch.chdir(tmp_path)
     for name in (resources.GRAMMAR, resources.DEFAULT_TOKENIZER, resources.DEFAULT_CHECKPOINT, "pretrain/tiny.yaml",
                  "pretrain/ds_zero2.json"):
@@ -151,8 +149,7 @@ def test_shipped_path_from_an_unrelated_directory(tmp_path, monkeypatch):
 
 
 def test_missing_path_names_every_place_looked(tmp_path, monkeypatch):
-    from logos import resources
-
+    from logos.util import resources
     monkeypatch.chdir(tmp_path)
     with pytest.raises(FileNotFoundError) as info:
         resources.resolve("checkpoints/no-such-model")
@@ -176,8 +173,7 @@ def test_missing_path_names_every_place_looked(tmp_path, monkeypatch):
 
 def test_installed_copy_is_the_only_root_when_present(tmp_path, monkeypatch):
     """A wheel's logos/_shipped wins, and then the folder next to the package (site-packages) is never searched."""
-    from logos import resources
-
+    from logos.util import resources
     (tmp_path / "grammar").mkdir()
     (tmp_path / "grammar" / "logos.lark").write_text("start: x\n")
     monkeypatch.setattr(resources, "_INSTALLED", tmp_path)
@@ -188,7 +184,8 @@ def test_installed_copy_is_the_only_root_when_present(tmp_path, monkeypatch):
 
 
 def test_cli_defaults_keep_their_names_and_resolve(tmp_path, monkeypatch, run_cli):
-    from logos import grammar, resources
+    from logos.language import grammar
+    from logos.util import resources
     from logos.cli import build_parser
 
     assert grammar.GRAMMAR_PATH == resources.shipped(resources.GRAMMAR)

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import REPO
 from logos.train.recipe import load_recipe, padded_vocab
-from logos.plan import ModelSize, model_size, plan_rows
+from logos.train.plan import ModelSize, model_size, plan_rows
 from logos.train import ds_config
 
 
@@ -79,7 +79,7 @@ def test_qwen3_8b_parameter_count_is_the_published_one():
 
 
 def test_zero0_and_zero1_bytes_worked_by_hand():
-    """The accounting of logos/plan.py's docstring, per parameter: 2 B of bf16 weights, then 18 B of
+    """The accounting of logos/train/plan.py's docstring, per parameter: 2 B of bf16 weights, then 18 B of
     bf16 gradients (2) + fp32 gradients (4) + fp32 master weights (4) + Adam moments (8).
     Stage 0 replicates all 20 B; stage 1 splits the 12 B of optimizer states (fp32 master + Adam) across
     GPUs; stage 2 (DeepSpeed's estimator) splits all 18 B."""

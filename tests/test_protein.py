@@ -14,12 +14,12 @@ from Bio import SeqIO
 from rdkit import Chem
 
 from logos.cli import build_parser
-from logos.decode import detokenize_file
+from logos.data.decode import detokenize_file
 from logos.domains import DOMAINS, detect, encoder_options, pocket, protein, structure
 from logos.domains.base import WriterOptions
-from logos.encode import tokenize_files
-from logos.grammar import validate
-from logos.chem import molecules_in_text
+from logos.data.encode import tokenize_files
+from logos.language.grammar import validate
+from logos.science.chemistry import molecules_in_text
 
 ASSETS = Path(__file__).parent / "assets" / "protein"
 POCKET, CONTACT = 5.0, 4.0
@@ -300,7 +300,7 @@ def test_antibody_csv(tmp_path):
 
 
 def test_structure_datasets_registered():
-    from logos import data
+    from logos.data import datasets as data
 
     pb = data.DATASETS["posebusters-complexes"]
     assert (pb.package, pb.version) == ("posebusters", "0.6.5")

@@ -6,7 +6,7 @@ from rdkit import Chem
 
 from conftest import ASSETS, records
 from logos.domains import reaction
-from logos.grammar import validate
+from logos.language.grammar import validate
 
 RXNS = ASSETS / "reactions" / "gauche_60.rsmi"
 

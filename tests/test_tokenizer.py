@@ -8,8 +8,8 @@ import pytest
 import sentencepiece as spm
 
 from conftest import ASSETS, REPO, records
-from logos.grammar import special_tokens
-from logos.tokenizer import build_tokenizer, load_tokenizer
+from logos.language.grammar import special_tokens
+from logos.language.tokenizer import build_tokenizer, load_tokenizer
 
 DEFAULT = REPO / "tokenizers" / "default"
 
@@ -89,7 +89,7 @@ def test_build_tokenizer_from_a_corpus(tmp_path, fixture_texts):
 
 
 def test_per_domain_sampling_and_single_digit_pieces(tmp_path, fixture_texts):
-    from logos.tokenizer import _sample_texts
+    from logos.language.tokenizer import _sample_texts
 
     corpus = tmp_path / "corpus.jsonl"
     crystals = [f"<CrystalS>Na{i}<sg1>{i}.125 5.250 6.375 90.00 90.00 90.00 Na<wa> 0.5000 0.2500 0.1250<CrystalE>"

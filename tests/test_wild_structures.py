@@ -8,8 +8,8 @@ from rdkit import Chem
 from rdkit.Chem.rdMolDescriptors import CalcMolFormula
 
 from conftest import ASSETS, records
-from logos.chem import molecules_in_text
-from logos.grammar import validate
+from logos.science.chemistry import molecules_in_text
+from logos.language.grammar import validate
 
 PROT = ASSETS / "protein"
 

@@ -17,7 +17,7 @@ FAULT_ENTRY = Path(__file__).parent / "fault_entry.py"  # ``logos`` with test-on
 def make_shards(tmp: Path, val_fraction: float = 0.1) -> Path:
     """Tokenize and pack the 500-molecule fixture into ``tmp/shards``."""
     from logos.cli import main
-    from logos.pack import pack
+    from logos.data.pack import pack
 
     corpus = tmp / "moses.jsonl"
     assert main(["tokenize", str(MOSES_500), "-o", str(corpus), "-q"]) == 0

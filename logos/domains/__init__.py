@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 from logos.domains import crystal, mof, molecule, pocket, protein, reaction
 from logos.domains.base import Domain, DomainOptions, Writer, options_from_values
-from logos.records import InputError, open_text, plain_name
+from logos.util.records import InputError, open_text, plain_name
 
 __all__ = ["DOMAINS", "Domain", "detect", "writer_for", "writer_suffixes", "default_options", "encoder_options"]
 

@@ -6,7 +6,7 @@ A domain (molecule, reaction, protein, pocket, crystal, MOF) is one :class:`Doma
   its encoder options (a :class:`DomainOptions`); each field's :func:`option` metadata is its
   command-line flag, so the CLI, corpus configs and the tokenized file's header all describe the
   same typed object;
-- ``claims(path)``, ``read(path, opts)`` (yields :class:`~logos.records.WorkItem`), ``count(path)``;
+- ``claims(path)``, ``read(path, opts)`` (yields :class:`~logos.util.records.WorkItem`), ``count(path)``;
 - ``encode(item, opts) -> list[dict]``: records (RecordError on bad input); an item that yields
   several records may report one bad part without losing the others by putting
   ``{"error": reason, "source": where}`` in the list instead of a record;
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any, ClassVar, Iterator, Mapping
 
-from logos.records import InputError, WorkItem
+from logos.util.records import InputError, WorkItem
 
 __all__ = ["Domain", "DomainOptions", "option", "Writer", "TextWriter", "CsvWriter", "JsonArrayWriter",
            "WriterOptions", "add_option_arguments", "options_from_values", "parse_flags"]

@@ -43,7 +43,7 @@ from rdkit import Chem
 from rdkit.Geometry import Point3D
 
 from logos.domains.ccd_index import component as _ccd_component
-from logos.records import RecordError
+from logos.util.records import RecordError
 
 __all__ = ["Ligand", "ccd_mol", "ligand_from_mol", "templates"]
 
@@ -302,7 +302,7 @@ def templates(spec: str | None) -> dict[str, Chem.Mol]:
     if spec.lower().endswith((".sdf", ".sdf.gz", ".mol")):
         from pathlib import Path
 
-        from logos.records import open_text
+        from logos.util.records import open_text
 
         with open_text(Path(spec)) as fh:
             for block in fh.read().split("$$$$"):

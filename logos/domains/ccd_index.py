@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from logos.records import RecordError
+from logos.util.records import RecordError
 
 __all__ = ["Component", "component", "index_path", "build_index"]
 
@@ -56,8 +56,7 @@ def _biotite_version() -> str:
 
 
 def index_path() -> Path:
-    from logos.data import cache_dir
-
+    from logos.util.files import cache_dir
     return cache_dir() / "ccd" / f"biotite-{_biotite_version()}-v{FORMAT}.sqlite"
 
 

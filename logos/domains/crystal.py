@@ -1,15 +1,15 @@
 """Crystals: CIF (and pymatgen JSON / POSCAR) <-> ``<CrystalS>Cl4Na4<sg225>5.640 Na<wa> Cl<wb><CrystalE>`` (grammar v2).
 
 The domain adapter: which files are crystals, the encoder options and the ``.cif`` writer; the work
-is done in :mod:`logos.materials` (reading: :mod:`~logos.materials.crystal`; space-group analysis and
-expansion: :mod:`~logos.materials.symmetry`; the canonical text: :mod:`~logos.materials.text`; CIF
-writing: :mod:`~logos.materials.cif`).
+is done in :mod:`logos.science.materials` (reading: :mod:`~logos.science.materials.crystal`; space-group analysis and
+expansion: :mod:`~logos.science.materials.symmetry`; the canonical text: :mod:`~logos.science.materials.text`; CIF
+writing: :mod:`~logos.science.materials.cif`).
 
 Encoder. One record per CIF ``data_`` block (each block parsed on its own, so one broken block never
 loses the others), per pymatgen structure, or per POSCAR; spglib finds the space group at
 ``--symprec`` / ``--angle-tolerance`` and the text states the composition of the conventional cell
 (``--crystal-no-composition`` leaves it out), the free lattice parameters of the crystal system and
-one site per Wyckoff orbit with the position's free coordinates (:mod:`logos.materials.text`), at the
+one site per Wyckoff orbit with the position's free coordinates (:mod:`logos.science.materials.text`), at the
 precision recorded in every record's ``meta``.
 
 Detokenizer. The ``.cif`` writer states the space group (IT number, H-M and Hall symbols and the full
@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Iterator
 
 from logos.domains.base import Domain, DomainOptions, Writer, option
-from logos.materials.cif import cif_name, crystal_to_cif
-from logos.materials.crystal import (CIF_SUFFIXES, JSON_SUFFIXES, POSCAR_NAMES, POSCAR_SUFFIXES, cif_kind,
+from logos.science.materials.cif import cif_name, crystal_to_cif
+from logos.science.materials.crystal import (CIF_SUFFIXES, JSON_SUFFIXES, POSCAR_NAMES, POSCAR_SUFFIXES, cif_kind,
                                      count_crystals, load, read_crystal_file)
-from logos.materials.symmetry import DEFAULT_ANGLE_TOLERANCE, DEFAULT_SYMPREC
-from logos.materials.text import (ANGLE_DIGITS, DEFAULT_FRAC_DIGITS, LENGTH_DIGITS, OCC_DIGITS, decode_text,
+from logos.science.materials.symmetry import DEFAULT_ANGLE_TOLERANCE, DEFAULT_SYMPREC
+from logos.science.materials.text import (ANGLE_DIGITS, DEFAULT_FRAC_DIGITS, LENGTH_DIGITS, OCC_DIGITS, decode_text,
                                   encode_crystal)
-from logos.records import InputError, WorkItem, open_text, plain_name
+from logos.util.records import InputError, WorkItem, open_text, plain_name
 
 NAME = "crystal"
 

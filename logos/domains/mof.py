@@ -3,12 +3,12 @@
 Chosen with ``--domain mof`` (a MOF CIF is also a valid crystal CIF, so it is never auto-detected).
 
 The domain adapter: one record per CIF data block, read as for crystals
-(:mod:`logos.materials.crystal`), split into node and linkers by :mod:`logos.materials.framework`
-(bonds under periodic boundaries: :mod:`logos.materials.bonds`). A framework that cannot be split
+(:mod:`logos.science.materials.crystal`), split into node and linkers by :mod:`logos.science.materials.framework`
+(bonds under periodic boundaries: :mod:`logos.science.materials.bonds`). A framework that cannot be split
 cleanly is rejected with the reason, and counted in the error log.
 
 Detokenizers: ``.json`` writes ``[{"id", "node", "linkers"}, ...]``; the molecule ``.sdf`` writer
-writes the linkers (one SDF entry per linker span). :func:`logos.materials.validity.mof_validity`
+writes the linkers (one SDF entry per linker span). :func:`logos.science.materials.validity.mof_validity`
 checks a generated MOF: every linker parses as a molecule and the node is one seen in the training data.
 """
 
@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Iterator
 
 from logos.domains.base import Domain, DomainOptions, JsonArrayWriter, option
-from logos.chem import parse_smiles
-from logos.materials import framework
-from logos.materials.bonds import DEFAULT_BOND_TOLERANCE
-from logos.materials.crystal import count_crystals, load, read_crystal_file
-from logos.records import WorkItem
+from logos.science.chemistry import parse_smiles
+from logos.science.materials import framework
+from logos.science.materials.bonds import DEFAULT_BOND_TOLERANCE
+from logos.science.materials.crystal import count_crystals, load, read_crystal_file
+from logos.util.records import WorkItem
 
 NAME = "mof"
 

@@ -19,11 +19,11 @@ from typing import Iterator
 from rdkit import Chem
 from rdkit.Chem import AllChem, rdDepictor
 
-from logos.chem import (CLOSE, OPEN, canonical_smiles, is_smiles, molecules_in_text, parse_molblock,  # noqa: F401
+from logos.science.chemistry import (CLOSE, OPEN, canonical_smiles, is_smiles, molecules_in_text, parse_molblock,  # noqa: F401
                         parse_smiles, span)
 from logos.domains import textfiles
 from logos.domains.base import Domain, DomainOptions, TextWriter, Writer, option
-from logos.records import RecordError, WorkItem, open_text, plain_name
+from logos.util.records import RecordError, WorkItem, open_text, plain_name
 
 NAME = "molecule"
 LINE_SUFFIXES = (".smi", ".smiles", ".txt", ".csv", ".tsv")

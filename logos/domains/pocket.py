@@ -49,8 +49,8 @@ from rdkit import Chem
 
 from logos.domains import ccd, protein, structure
 from logos.domains.base import CsvWriter, Domain, JsonArrayWriter, option
-from logos.chem import CLOSE as MOL_CLOSE, OPEN as MOL_OPEN, molecules_in_text, parse_molblock
-from logos.records import InputError, RecordError, WorkItem, open_text, plain_name
+from logos.science.chemistry import CLOSE as MOL_CLOSE, OPEN as MOL_OPEN, molecules_in_text, parse_molblock
+from logos.util.records import InputError, RecordError, WorkItem, open_text, plain_name
 
 NAME = "pocket"
 FORMS = ("complex", "ligand-first", "search", "trans")

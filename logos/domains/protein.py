@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Iterator
 
 from logos.domains.base import CsvWriter, Domain, DomainOptions, TextWriter, option
-from logos.grammar import split_symbols
-from logos.records import RecordError, WorkItem, open_text, plain_name
+from logos.language.grammar import split_symbols
+from logos.util.records import RecordError, WorkItem, open_text, plain_name
 
 NAME = "protein"
 FASTA_SUFFIXES = (".fasta", ".fa", ".faa", ".fas")

@@ -17,12 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from rdkit import Chem
-
 from logos.domains import molecule, textfiles
 from logos.domains.base import Domain, TextWriter, option
-from logos.grammar import split_symbols
-from logos.records import RecordError, WorkItem, plain_name
+from logos.language.grammar import split_symbols
+from logos.science.chemistry import canonical_smiles
+from logos.util.records import RecordError, WorkItem, plain_name
 
 NAME = "reaction"
 REACT, RETRO, REAGENT = "<React>", "<ReverseReact>", "<Reagent>"
@@ -131,7 +130,7 @@ class ReactionWriter(TextWriter):
             canon = []
             for k, s in enumerate(smiles):
                 try:
-                    canon.append(Chem.MolToSmiles(molecule.parse_smiles(s)))
+                    canon.append(canonical_smiles(molecule.parse_smiles(s)))
                 except RecordError as e:
                     raise RecordError(f"{role} {k + 1}: {e}") from None
             fields.append(".".join(canon))

@@ -2,7 +2,7 @@
 
 ``.smi``/``.txt`` files hold one string per line with an optional name after whitespace; ``.csv``
 and ``.tsv`` files hold a header row, and the column is given or detected. Each yields
-:class:`~logos.records.WorkItem` objects whose payload is the raw string; a bad line becomes an
+:class:`~logos.util.records.WorkItem` objects whose payload is the raw string; a bad line becomes an
 item with ``payload=None`` and the reason in ``extra["error"]``, so the order of records is kept
 and the caller reports it.
 """
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from logos.records import InputError, WorkItem, open_text, plain_name
+from logos.util.records import InputError, WorkItem, open_text, plain_name
 
 __all__ = ["is_table", "iter_lines", "iter_table", "count_records"]
 

@@ -1,10 +1,10 @@
 """Crystal metrics: unconditional generation (CDVAE's protocol as CrystaLLM reports it) and structure prediction.
 
-Unconditional (``--task crystal``), from :mod:`logos.materials.validity` (reused, not rewritten):
+Unconditional (``--task crystal``), from :mod:`logos.science.materials.validity` (reused, not rewritten):
 
 - ``structural_validity``: every interatomic distance >= 0.5 Angstrom (periodic images included)
   and volume >= 0.1 Angstrom^3; ``compositional_validity``: CDVAE's SMACT rules
-  (:func:`~logos.materials.validity.cdvae_compositional_validity`); ``validity``: both;
+  (:func:`~logos.science.materials.validity.cdvae_compositional_validity`); ``validity``: both;
 - ``space_group_consistency`` / ``multiplicity_consistency``: for grammar text only (the text
   states a space group and Wyckoff letters; a CIF states neither in a checkable way: n/a);
 - ``uniqueness``: distinct valid structures / valid structures, by pymatgen ``StructureMatcher``
@@ -37,9 +37,10 @@ from pathlib import Path
 import numpy as np
 
 from logos.evaluate import reference as ref
-from logos.materials.crystal import Crystal, load, read_crystal_file
-from logos.materials.validity import cdvae_compositional_validity, check_crystal, structural_validity
-from logos.records import InputError, RecordError
+from logos.evaluate.stats import wasserstein
+from logos.science.materials.crystal import Crystal, load, read_crystal_file
+from logos.science.materials.validity import cdvae_compositional_validity, check_crystal, structural_validity
+from logos.util.records import InputError, RecordError
 
 __all__ = ["CrystalOptions", "Item", "SCHEMA_VERSION", "DEFINITIONS", "CSP_TOLERANCES", "read_items", "load_set",
            "to_structure", "evaluate", "evaluate_csp", "contamination"]
@@ -97,8 +98,8 @@ def _from_crystal(ident: str, rank: int, cell: Crystal, text: str | None = None)
 
 
 def _from_text(ident: str, rank: int, text: str) -> Item:
-    from logos.materials.symmetry import expand, unit_cell
-    from logos.materials.text import parse_crystal_text
+    from logos.science.materials.symmetry import expand, unit_cell
+    from logos.science.materials.text import parse_crystal_text
 
     try:
         asym, _ = expand(parse_crystal_text(text))
@@ -143,7 +144,7 @@ def read_items(path: Path) -> list[Item]:
 
 
 def _load_block(ident: str, rank: int, text: str, source: str) -> Item:
-    from logos.materials.crystal import read_cif_block
+    from logos.science.materials.crystal import read_cif_block
 
     try:
         return _from_crystal(ident, rank, read_cif_block(text))
@@ -165,7 +166,7 @@ def to_structure(item: Item):
 
 
 def _crystal(item: Item) -> Crystal:
-    from logos.materials.crystal import Site, lattice_parameters
+    from logos.science.materials.crystal import Site, lattice_parameters
 
     sites = []
     for sp, fr in zip(item.species, item.frac):
@@ -205,12 +206,6 @@ def _found_in(structures: list, corpus: list, matcher) -> list[bool]:
             for s in structures]
 
 
-def _wasserstein(a, b) -> float | None:
-    from scipy.stats import wasserstein_distance
-
-    return float(wasserstein_distance(a, b)) if len(a) and len(b) else None
-
-
 def evaluate(items: list[Item], reference: list[Item] | None = None, train: list[Item] | None = None) -> dict:
     """Unconditional crystal metrics of structures in memory (see the module docstring)."""
     warnings.filterwarnings("ignore", module="pymatgen")
@@ -243,8 +238,8 @@ def evaluate(items: list[Item], reference: list[Item] | None = None, train: list
         m["novelty"] = (1 - sum(seen) / len(seen)) if seen else None
     if reference is not None:
         rs = [to_structure(r) for r in reference]
-        m["w_density"] = _wasserstein([s.density for s in good], [s.density for s in rs])
-        m["w_num_elements"] = _wasserstein([len(s.composition.elements) for s in good],
+        m["w_density"] = wasserstein([s.density for s in good], [s.density for s in rs])
+        m["w_num_elements"] = wasserstein([len(s.composition.elements) for s in good],
                                            [len(s.composition.elements) for s in rs])
     return m
 

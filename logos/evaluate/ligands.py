@@ -27,10 +27,10 @@ import numpy as np
 from rdkit import Chem
 from rdkit.Chem import Crippen, Descriptors, Lipinski
 
-from logos.chem import molecules_in_text
+from logos.science.chemistry import molecules_in_text
 from logos.evaluate import molecules
 from logos.evaluate import reference as ref
-from logos.records import InputError, RecordError
+from logos.util.records import InputError, RecordError
 
 __all__ = ["LigandOptions", "SCHEMA_VERSION", "DEFINITIONS", "read_ligands", "lipinski_ok", "evaluate", "vina_scores"]
 

@@ -2,7 +2,7 @@
 
 A MOF text (``<MaterialS><MetalS>node<MetalE><MoleculeS>linker<MoleculeE>...<MaterialE>``) is
 
-- ``valid`` when (1) its node was seen in the training corpus (:func:`~logos.materials.validity.mof_validity`,
+- ``valid`` when (1) its node was seen in the training corpus (:func:`~logos.science.materials.validity.mof_validity`,
   reused: unknown when no training corpus is given, then only 2 and 3 count), (2) every linker parses
   (RDKit), and (3) its connection count is compatible: every linker carries at least two
   metal-binding groups (carboxylate or carboxylic acid, aromatic N with a free lone pair, azolate
@@ -12,7 +12,7 @@ A MOF text (``<MaterialS><MetalS>node<MetalE><MoleculeS>linker<MoleculeE>...<Mat
 - ``vnu``: distinct valid novel MOFs / all samples (valid, novel and unique).
 
 Inputs: grammar JSONL (``text``), or MOF CIFs (split into node and linkers by
-:func:`~logos.materials.framework.split_framework`); the training corpus likewise, cached as keys.
+:func:`~logos.science.materials.framework.split_framework`); the training corpus likewise, cached as keys.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from pathlib import Path
 
 from rdkit import Chem
 
-from logos.chem import canonical_smiles, parse_smiles
+from logos.science.chemistry import canonical_smiles, parse_smiles
 from logos.evaluate import reference as ref
-from logos.grammar import GrammarError, validate
-from logos.materials.framework import encode_framework, parse_mof_text
-from logos.materials.validity import mof_validity
-from logos.records import InputError, RecordError
+from logos.language.grammar import GrammarError, validate
+from logos.science.materials.framework import encode_framework, parse_mof_text
+from logos.science.materials.validity import mof_validity
+from logos.util.records import RecordError
 
 __all__ = ["SCHEMA_VERSION", "DEFINITIONS", "MofCorpus", "connection_points", "mof_key", "read_texts", "load_corpus",
            "evaluate"]
@@ -72,8 +72,8 @@ def read_texts(path: Path) -> list[str]:
     path = Path(path)
     if path.name.endswith(".jsonl"):
         return [rec.get("text", "") for _, rec in ref.jsonl_records(path)]
-    from logos.materials.crystal import load, read_crystal_file
-    from logos.materials.framework import split_framework
+    from logos.science.materials.crystal import load, read_crystal_file
+    from logos.science.materials.framework import split_framework
 
     files = sorted(p for p in path.iterdir() if p.suffix.lower() == ".cif") if path.is_dir() else [path]
     out = []

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from logos.records import InputError, RecordError, plain_name
+from logos.util.records import InputError, RecordError, plain_name
 
 __all__ = ["PocketOptions", "Site", "SCHEMA_VERSION", "DEFINITIONS", "read_sites", "read_predictions",
            "residue_scores", "evaluate", "structure_files"]

@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from logos.evaluate import reference as ref
-from logos.records import InputError, RecordError
+from logos.evaluate.stats import js_divergence, wasserstein
+from logos.util.records import InputError, RecordError
 
 __all__ = ["ProteinOptions", "SCHEMA_VERSION", "DEFINITIONS", "read_sequences", "load_set", "identity",
            "nearest_identity", "evaluate"]
@@ -83,15 +84,6 @@ def _composition(seqs: list[str]) -> np.ndarray:
     return v / v.sum() if v.sum() else v
 
 
-def _js(p: np.ndarray, q: np.ndarray) -> float:
-    m = (p + q) / 2
-
-    def kl(a, b):
-        mask = a > 0
-        return float(np.sum(a[mask] * np.log2(a[mask] / b[mask])))
-    return 0.5 * kl(p, m) + 0.5 * kl(q, m)
-
-
 _ALIGNER = None
 
 
@@ -135,15 +127,13 @@ def nearest_identity(queries: list[str], train: list[str], options: ProteinOptio
 
 def evaluate(seqs: list[str], reference: list[str] | None = None, train: list[str] | None = None,
              options: ProteinOptions = ProteinOptions()) -> dict:
-    from scipy.stats import wasserstein_distance
-
     seqs = [s for s in seqs]
     n = len(seqs)
     m: dict = {"n": n, "uniqueness": len(set(seqs)) / n if n else None,
                "length_mean": float(np.mean([len(s) for s in seqs])) if n else None}
     if reference:
-        m["aa_js_divergence"] = _js(_composition(seqs), _composition(reference)) if n else None
-        m["length_w1"] = float(wasserstein_distance([len(s) for s in seqs], [len(s) for s in reference])) if n else None
+        m["aa_js_divergence"] = js_divergence(_composition(seqs), _composition(reference)) if n else None
+        m["length_w1"] = wasserstein([len(s) for s in seqs], [len(s) for s in reference]) if n else None
     if train:
         ids = nearest_identity([s for s in seqs if s], train, options)
         m["identity_mean"] = float(np.mean(ids)) if ids else None

@@ -26,16 +26,13 @@ retro, the reactants for forward), so files from other generators need no renumb
 from __future__ import annotations
 
 import csv
-import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdkit import Chem
-
-from logos.chem import molecules_in_text
+from logos.science.chemistry import canonical_set, molecules_in_text
 from logos.evaluate.reference import jsonl_records, open_any
-from logos.records import InputError, RecordError, plain_name
+from logos.util.records import InputError, RecordError, plain_name
 
 __all__ = ["ReactionOptions", "Reaction", "SCHEMA_VERSION", "DEFINITIONS", "canonical_set", "read_reference",
            "read_predictions", "evaluate", "contamination"]
@@ -64,30 +61,6 @@ class Reaction:
     cls: str
     reactants: str  # canonical set
     product: str  # canonical set
-
-
-_MAP = re.compile(r":\d+\]")
-
-
-def canonical_set(smiles: str) -> str | None:
-    """Canonical sorted molecule set of a dot-separated SMILES, atom maps removed; None if any part fails."""
-    if not smiles or not smiles.strip():
-        return None
-    parts = []
-    for piece in smiles.strip().split("."):
-        mol = Chem.MolFromSmiles(piece)
-        if mol is None:
-            return None
-        for atom in mol.GetAtoms():
-            atom.SetAtomMapNum(0)
-        smi = Chem.MolToSmiles(mol)
-        for _ in range(3):  # RDKit's canonical SMILES is not always a fixed point (ring cis/trans): iterate to one
-            again = Chem.MolToSmiles(Chem.MolFromSmiles(smi))
-            if again == smi:
-                break
-            smi = again
-        parts.append(smi)
-    return ".".join(sorted(parts))
 
 
 def read_reference(path: Path, limit: int | None = None) -> list[Reaction]:

@@ -13,15 +13,15 @@ half-written cache.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Callable, Iterable
 
 import numpy as np
 
-from logos.data import DATASETS, cache_dir, fetch
+from logos.data.datasets import DATASETS, fetch
+from logos.util.files import atomic_path, cache_dir
 from logos.evaluate.report import sha256_of
-from logos.records import InputError
+from logos.util.records import InputError
 
 __all__ = ["jsonl_records", "open_any", "resolve_reference", "cache_path", "cached_keys", "cached_array", "cached_json", "progress"]
 
@@ -87,9 +87,8 @@ def cache_path(kind: str, source: Path, suffix: str) -> Path:
 
 
 def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    tmp = path.with_name(path.name + f".part{os.getpid()}")
-    write(tmp)
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        write(tmp)
 
 
 def cached_keys(kind: str, source: Path, build: Callable[[], Iterable[str]]) -> list[str]:

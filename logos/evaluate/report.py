@@ -46,7 +46,7 @@ class Report:
     seconds: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        from logos import __version__
+        from logos.util.version import VERSION as __version__
 
         return {
             "task": self.task,

@@ -17,12 +17,13 @@ from pathlib import Path
 from logos.evaluate import crystals, ligands, mofs, molecules, pockets, proteins, reactions
 from logos.evaluate import reference as ref
 from logos.evaluate.report import Report, write_report
-from logos.records import InputError
+from logos.tasks import TASKS as TASKS_BY_NAME, get, names
+from logos.util.records import InputError
 
 __all__ = ["EvaluateOptions", "TASKS", "DEFAULT_REFERENCES", "run"]
 
-TASKS = ("molecule", "retro", "forward", "crystal", "csp", "mof", "pocket", "ligand", "protein")
-DEFAULT_REFERENCES = {"molecule": "moses-test", "crystal": "mp-dielectric", "protein": "pyhmmer-proteins"}
+TASKS = tuple(names("evaluate", aliases=False))  # the registry's tasks that this module scores
+DEFAULT_REFERENCES = {name: TASKS_BY_NAME[name].reference for name in TASKS if TASKS_BY_NAME[name].reference}
 
 
 @dataclass(frozen=True)
@@ -130,12 +131,11 @@ _RUNNERS = {"molecule": _molecule, "retro": _reactions("retro"), "forward": _rea
 def run(task: str, predictions: Path, out_dir: Path, references: str | Path | None = None,
         train: str | Path | None = None, options: EvaluateOptions = EvaluateOptions()) -> dict:
     """Evaluate ``predictions`` for ``task`` and write the report into ``out_dir``; returns metrics.json's content."""
-    if task not in _RUNNERS:
-        raise InputError(f"unknown task {task!r} (known: {', '.join(TASKS)})")
+    task = get(task, "evaluate").name
     predictions = Path(predictions)
     if not predictions.exists():
         raise InputError(f"{predictions}: no such file or folder")
-    references = references if references is not None else DEFAULT_REFERENCES.get(task)
+    references = references if references is not None else get(task).reference
     t0, c0 = time.perf_counter(), time.process_time()
     report, figures = _RUNNERS[task](predictions, references, train, options)
     report.seconds["total"] = time.perf_counter() - t0

@@ -1,6 +1,7 @@
 """Finetuning: task data builders, LoRA and the task-metric loop around the one trainer (``logos finetune``)."""
 
-from logos.finetune.data import PairOptions, build_pairs
+from logos.tasks import build_pairs
+from logos.tasks.pairs import PairOptions
 from logos.finetune.run import FinetuneResult, finetune
 
 __all__ = ["PairOptions", "build_pairs", "finetune", "FinetuneResult"]

@@ -20,8 +20,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from logos.finetune.data import PairOptions, build_pairs
-from logos.records import ErrorLog, InputError, errors_path_for
+from logos.tasks import build_pairs, get
+from logos.tasks.pairs import PairOptions
+from logos.util.records import ErrorLog, InputError, errors_path_for
 from logos.train.recipe import ConfigError, Recipe
 
 __all__ = ["finetune", "FinetuneResult", "prepare_data", "TaskMetric"]
@@ -37,7 +38,7 @@ class FinetuneResult:
 
 def _tokenizer_of(recipe: Recipe) -> Path:
     """The base checkpoint (a user path or a shipped name such as ``checkpoints/tiny-moses``), resolved."""
-    from logos.resources import ResourceNotFound, resolve
+    from logos.util.resources import ResourceNotFound, resolve
 
     base = recipe.train.init_from
     if base is None:
@@ -60,7 +61,7 @@ def _task(recipe: Recipe) -> str:
 
 def prepare_data(recipe: Recipe, echo) -> tuple[Path, int]:
     """Pairs and shards in ``OUT/data`` (kept on resume); (shard dir, number of pairs)."""
-    from logos.pack import pack
+    from logos.data.pack import pack
 
     f, out = recipe.finetune, Path(recipe.train.out_dir) / "data"
     shards = out / "shards"
@@ -115,7 +116,7 @@ class TaskMetric:
         path = data / "val_pairs.jsonl" if (data / "val_pairs.jsonl").exists() else None
         records = [json.loads(line) for line in open(path)] if path else []
         if not records:  # the packed val split: its groups, canonical variants only
-            from logos.splits import group_key, split_of
+            from logos.data.splits import group_key, split_of
 
             records = [r for r in map(json.loads, open(data / "pairs.jsonl")) if "#" not in str(r.get("id", ""))
                        and r.get("domain") == _task(self.recipe)
@@ -124,13 +125,13 @@ class TaskMetric:
 
     @property
     def name(self) -> str:
-        return "top1" if _task(self.recipe) in ("retro", "forward") else "exact_match"
+        return get(_task(self.recipe), "finetune").finetune_metric
 
     def score(self, checkpoint: Path) -> float:
         from logos.generate import GenerateOptions, Sampling, generate
 
         f = self.recipe.finetune
-        task = _task(self.recipe) if _task(self.recipe) in ("retro", "forward") else None
+        task = _task(self.recipe) if self.name == "top1" else None
         work = self.out / "task_metric_work"
         work.mkdir(exist_ok=True)
         if task:
@@ -192,13 +193,13 @@ class TaskMetric:
 
 
 def _smiles_of(prompt: str) -> str:
-    from logos.chem import molecules_in_text
+    from logos.science.chemistry import molecules_in_text
 
     return ".".join(molecules_in_text(prompt))
 
 
 def _answer_key(completion: str) -> str:
-    from logos.chem import canonical_smiles, molecules_in_text, parse_smiles
+    from logos.science.chemistry import canonical_smiles, molecules_in_text, parse_smiles
 
     return ".".join(sorted(canonical_smiles(parse_smiles(s)) for s in molecules_in_text(completion)))
 

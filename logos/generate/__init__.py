@@ -1,15 +1,15 @@
-"""Generation: constrained sampling from a checkpoint for every LOGOS task, detokenized into files.
+"""Generation: constrained sampling from a checkpoint for every LOGOS task, detokenized into files (the job;
+the sampler and its constraints are in :mod:`logos.decoding`).
 
-- :mod:`~logos.generate.tasks` - prompts, grammars and stops of each task;
-- :mod:`~logos.generate.chemistry` - incremental SMILES validity (rings, branches, valences);
-- :mod:`~logos.generate.constraints` - the grammar (llguidance) and chemistry constraints per row;
-- :mod:`~logos.generate.sampler` - the batched sampling loop (KV cache, masks, rejection, budgets);
+- :mod:`~logos.tasks` - the task registry: prompts, grammars, stops and row constraints of each task;
+- :mod:`~logos.decoding.chemistry` - incremental SMILES validity (rings, branches, valences);
+- :mod:`~logos.decoding.constraints` - the grammar (llguidance) and chemistry constraints per row;
+- :mod:`~logos.decoding.sampler` - the batched sampling loop (KV cache, masks, rejection, budgets);
 - :mod:`~logos.generate.pipeline` - ``logos generate``: batches, resampling, ranking, files.
 """
 
-from logos.generate.pipeline import GenerateOptions, GenerateResult, generate, load_checkpoint, molecule_summary
-from logos.generate.sampler import Sampling
-from logos.generate.tasks import TASKS
+from logos.decoding.sampler import Sampling
+from logos.generate.pipeline import GenerateOptions, GenerateResult, generate, load_checkpoint, run
+from logos.tasks import TASKS
 
-__all__ = ["GenerateOptions", "GenerateResult", "Sampling", "TASKS", "generate", "load_checkpoint",
-           "molecule_summary"]
+__all__ = ["GenerateOptions", "GenerateResult", "Sampling", "TASKS", "generate", "load_checkpoint", "run"]

@@ -1,7 +1,7 @@
 """``logos generate``: prompts of a task -> constrained samples -> ranked, detokenized files and a samples JSONL.
 
-For every task (:mod:`logos.generate.tasks`) the run builds the prompts (``-n`` samples in all, or
-per input for conditional tasks), samples them in batches (:mod:`logos.generate.sampler`) under the
+For every task (:mod:`logos.tasks.registry`) the run builds the prompts (``-n`` samples in all, or
+per input for conditional tasks), samples them in batches (:mod:`logos.decoding.sampler`) under the
 grammar and the row constraint (chemistry of molecule spans; for crystals, the prompt's composition), and writes
 
 - the task's files through the domain writer the output suffix names (``.smi``/``.sdf``, ``.rsmi``,
@@ -27,14 +27,15 @@ import torch
 from tqdm import tqdm
 
 from logos.domains.base import WriterOptions
-from logos.generate.sampler import RowResult, Sampling, StepStats, sample_batch
-from logos.generate.tasks import TASKS, Prompt, Task, build_prompts
-from logos.grammar import READABLE_GRAMMARS
-from logos.records import ErrorLog, InputError, RecordError, errors_path_for
+from logos.decoding.sampler import RowResult, Sampling, StepStats, sample_batch
+from logos.tasks import Task, get
+from logos.tasks.prompts import Prompt, build_prompts
+from logos.language.grammar import READABLE_GRAMMARS
+from logos.util.records import ErrorLog, InputError, RecordError, errors_path_for
 
-__all__ = ["GenerateOptions", "GenerateResult", "generate", "load_checkpoint", "SUPPORTED_GRAMMARS"]
+__all__ = ["GenerateOptions", "GenerateResult", "generate", "run", "load_checkpoint", "SUPPORTED_GRAMMARS"]
 
-SUPPORTED_GRAMMARS = READABLE_GRAMMARS  # from logos.grammar
+SUPPORTED_GRAMMARS = READABLE_GRAMMARS  # from logos.language.grammar
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ def load_checkpoint(path: Path, device: str = "cpu"):
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from logos.export import load_run_info
+    from logos.train.export import load_run_info
 
     path = Path(path)
     if not (path / "config.json").exists():
@@ -124,30 +125,14 @@ def _document_start(info: dict, tok) -> int:
     return tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
 
 
-def _canonical_answer(task: Task, text: str) -> str | None:
-    """The canonical reactant (retro) or product (forward) set of a reaction sample, None if invalid."""
-    from logos.chem import canonical_smiles, parse_smiles
-    from logos.domains.reaction import reaction_from_text
-
-    try:
-        reactants, _, products = reaction_from_text(text)
-        side = products if task.name == "forward" else reactants
-        return ".".join(sorted(canonical_smiles(parse_smiles(s)) for s in side)) or None
-    except RecordError:
-        return None
-
-
 def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path | None = None,
              progress: bool | None = None) -> GenerateResult:
     """Sample the task's prompts and write the files (see the module docstring)."""
+    from logos.decoding.constraints import GrammarRows, TokenTable, task_grammar
     from logos.domains import writer_for
-    from logos.generate.composition import CompositionRows
-    from logos.generate.constraints import ChemistryRows, GrammarRows, TokenTable, task_grammar
 
     start = time.perf_counter()
-    task = TASKS.get(options.task)
-    if task is None:
-        raise InputError(f"unknown task {options.task!r} (known: {', '.join(TASKS)})")
+    task = get(options.task, "generate")
     out = Path(out)
     writer_cls = writer_for(out)
     errors = ErrorLog(errors_path_for(out), echo=lambda line: None)
@@ -162,8 +147,8 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
     banned = table.banned(set(task.symbols), keep={stop_id})
     doc_start, pad_id = _document_start(info, tok), tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     budget = options.sampling.max_new_tokens or task.budget
-    sampling = Sampling(options.sampling.temperature, options.sampling.top_k, options.sampling.top_p,
-                        budget if task.name != "pocket" else budget, options.sampling.closing_slack)
+    sampling = Sampling(options.sampling.temperature, options.sampling.top_k, options.sampling.top_p, budget,
+                        options.sampling.closing_slack)
     generator = torch.Generator().manual_seed(options.seed)
     queue: list[tuple[Prompt, int]] = [(p, 0) for p, k in prompts for _ in range(k)]
     samples: list[Sample] = []
@@ -175,17 +160,15 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
         while queue:
             chunk, queue = queue[: options.batch_size], queue[options.batch_size:]
             ids = [[doc_start] + tok(p.text, add_special_tokens=False)["input_ids"] for p, _ in chunk]
-            row_budget = sampling if task.name != "pocket" else Sampling(
+            row_budget = sampling if task.row_budget is None else Sampling(
                 sampling.temperature, sampling.top_k, sampling.top_p,
-                max(max(len(p.text) for p, _ in chunk) + 32, 64), sampling.closing_slack)  # a copy task needs the input's length
+                task.row_budget([p.text for p, _ in chunk], budget), sampling.closing_slack)
             grammar = chemistry = None
             if options.constrained:
                 grammar = GrammarRows(tok, vocab_rows, [task_grammar(task.start, task.rules + "\n" + p.rules)
                                                          for p, _ in chunk], [x[1:] for x in ids], stop_id, model.device)
-                if task.chemistry:
-                    chemistry = ChemistryRows(table, len(chunk), [p.text for p, _ in chunk])
-                elif task.name == "crystal":  # the sites must add up to the prompt's composition
-                    chemistry = CompositionRows(table, [p.text for p, _ in chunk])
+                if task.rows is not None:  # chemistry of molecule spans; a crystal's composition
+                    chemistry = task.rows(table, [p.text for p, _ in chunk])
             results = sample_batch(model, ids, pad_id, stop_id, banned, row_budget, generator, grammar, chemistry,
                                    stats)
             for (prompt, attempt), r in zip(chunk, results):
@@ -202,8 +185,8 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
         bar.close()
     ranked = _rank(task, samples)
     _write(task, ranked, out, writer_cls, options.writer, errors)
-    if task.name == "pocket":
-        _write_marked_fasta(ranked, out)
+    if task.extra_output is not None:
+        task.extra_output(ranked, out)
     errors.close()
     return GenerateResult(ranked, errors.count - sum(not s.written for s in ranked), time.perf_counter() - start,
                           tokens, redraws, resampled, stats)
@@ -213,8 +196,8 @@ def _sample(task: Task, prompt: Prompt, r: RowResult, tok) -> Sample:
     body = r.tokens[:-1] if task.stop == "eos" and r.tokens and r.status == "done" else r.tokens
     text = prompt.text + tok.decode(body, skip_special_tokens=False)  # never skip: tags are content
     sample = Sample(prompt.input_id, prompt.text, text, r.logprob, r.status)
-    if task.name in ("forward", "retro"):
-        sample.key = _canonical_answer(task, text)
+    if task.answer is not None:
+        sample.key = task.answer(text)
     return sample
 
 
@@ -225,7 +208,7 @@ def _rank(task: Task, samples: list[Sample]) -> list[Sample]:
         by_input.setdefault(s.input_id, []).append(s)
     out = []
     for group in by_input.values():
-        if task.name in ("forward", "retro"):
+        if task.answer is not None:
             merged: dict[str, Sample] = {}
             rest = []
             for s in sorted(group, key=lambda s: -s.logprob):
@@ -241,7 +224,7 @@ def _rank(task: Task, samples: list[Sample]) -> list[Sample]:
 
 
 def _write(task: Task, samples: list[Sample], out: Path, writer_cls, options: WriterOptions, errors: ErrorLog) -> None:
-    from logos.grammar import GrammarError, validate
+    from logos.language.grammar import GrammarError, validate
 
     out.parent.mkdir(parents=True, exist_ok=True)
     jsonl = out.with_name(out.name.split(".")[0] + ".samples.jsonl")
@@ -258,7 +241,7 @@ def _write(task: Task, samples: list[Sample], out: Path, writer_cls, options: Wr
                     writer.write({"text": s.text, "id": ident, "source": f"generate:{ident}"})
                     s.written = True
                 except (GrammarError, RecordError) as e:
-                    if task.name == "pocket" and "no pocket marks" in str(e):
+                    if task.unmarked_ok and "no pocket marks" in str(e):
                         s.written = True  # a search that marks no residue is an answer: no pocket
                     else:
                         errors.add(ident, f"{e} | {s.text[-200:]}")
@@ -268,41 +251,14 @@ def _write(task: Task, samples: list[Sample], out: Path, writer_cls, options: Wr
                      + "\n")
 
 
-def molecule_summary(result: GenerateResult, reference: Path | None = None) -> str:
-    """Validity, uniqueness, (with a reference SMILES file) novelty, and MOSES's IntDiv, filters, QED and SA of
-    generated molecules: the numbers of ``logos evaluate --task molecule`` (:func:`logos.evaluate.molecules.evaluate`)."""
-    from logos.chem import molecules_in_text
-    from logos.evaluate.molecules import evaluate
+def run(output: str | Path, task: str = "molecule", n: int = 100, inputs: str | Path | None = None,
+        checkpoint: str | Path | None = None, seed: int = 0, temperature: float = 1.0, max_new_tokens: int = 0,
+        batch_size: int = 16, constrained: bool = True, device: str = "cpu") -> GenerateResult:
+    """``logos generate`` from Python, with its defaults: sample ``task`` from ``checkpoint`` (default: the shipped
+    one) and write the files ``output`` names plus ``OUTPUT.samples.jsonl``."""
+    from logos.util.resources import DEFAULT_CHECKPOINT, resolve
 
-    smiles = []
-    for s in result.samples:
-        try:
-            smiles.append(molecules_in_text(s.text)[0] if s.written else None)
-        except (RecordError, IndexError):
-            smiles.append(None)
-    r = evaluate(smiles, train=reference)
-    valid = round(r["validity"] * r["n"])
-    unique = round(r["unique@10000"] * valid)
-    line = f"valid {valid} ({r['validity']:.1%}), unique {unique} ({r['unique@10000']:.1%})"
-    if reference is not None and r.get("novelty") is not None:
-        line += f", novel {round(r['novelty'] * unique)} ({r['novelty']:.1%} of unique)"
-    if valid:
-        line += (f"; IntDiv {r['intdiv1']:.3f}, filters {r['filters']:.1%}, QED {r['qed']:.3f}, SA {r['sa']:.2f}"
-                 " (as logos evaluate)")
-    return line
-
-
-def _write_marked_fasta(samples: list[Sample], out: Path) -> None:
-    """``OUT.marked.fasta``: each binding-site answer with its pocket residues in lower case."""
-    from logos.domains.protein import parse_chains
-
-    path = out.with_name(out.name.split(".")[0] + ".marked.fasta")
-    rank: dict[str, int] = {}
-    with open(path, "w", encoding="utf-8") as fh:
-        for s in samples:
-            rank[s.input_id] = rank.get(s.input_id, 0) + 1
-            if s.status != "done":
-                continue
-            for c, chain in enumerate(parse_chains(s.text)):
-                seq = "".join(a.lower() if i in chain.pockets else a for i, a in enumerate(chain.sequence))
-                fh.write(f">{s.input_id}#{rank[s.input_id]}|chain{c + 1} logprob={s.logprob:.3f}\n{seq}\n")
+    options = GenerateOptions(task=task, n=n, batch_size=batch_size, seed=seed, constrained=constrained,
+                              device=device, sampling=Sampling(temperature=temperature, max_new_tokens=max_new_tokens))
+    return generate(resolve(checkpoint or DEFAULT_CHECKPOINT), Path(output), options,
+                    inputs=Path(inputs) if inputs else None, progress=False)

@@ -11,7 +11,7 @@ The file list is the architecture:
 - :mod:`~logos.train.metrics` - ``metrics.csv`` and the loss curve;
 - :mod:`~logos.train.trainer` - the loop.
 
-DeepSpeed is imported by this package (and by :mod:`logos.plan`, for its memory estimators); model
+DeepSpeed is imported by this package (and by :mod:`logos.train.plan`, for its memory estimators); model
 code never sees it.
 """
 

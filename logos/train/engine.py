@@ -3,18 +3,18 @@
 The recipe owns batch sizes, clipping and precision; a DeepSpeed JSON named by ``train.deepspeed``
 (``pretrain/ds_zero3.json``, ...) adds ZeRO details, CPU offload and communication buckets, and its
 ``zero_optimization.stage`` must equal ``train.zero_stage``. Precision ``bf16-autocast`` keeps fp32
-weights in the engine and runs the forward under ``torch.autocast(bfloat16)`` (2.3-2.5x faster than
-fp32 on CPU); ``bf16`` is DeepSpeed's bf16 mode (bf16 weights, fp32 master copy), the GPU choice.
+weights in the engine and runs the forward under ``torch.autocast(bfloat16)`` (faster than fp32 on CPUs with
+native bf16); ``bf16`` is DeepSpeed's bf16 mode (bf16 weights, fp32 master copy), the GPU choice.
 A torch ``AdamW`` (``fused=True``: one pass over memory) is handed to DeepSpeed (DeepSpeed's own
 fused/CPU Adam JIT-compiles for minutes on CPU); the LR schedule is a ``LambdaLR`` over
 :class:`~logos.train.schedule.Schedule` that DeepSpeed steps and checkpoints.
 
 ZeRO-1/2 in a single process without CPU offload partitions nothing: the engine then runs stage 0
-(same memory; measured 0.85-0.89x of a plain AdamW loop at stage 2 on CPU, from copying every
-gradient into flat buckets and the fp32 partition back into the model) and the run says so. On
+(same memory, without stage 2's copies of every gradient into flat buckets and of the fp32
+partition back into the model) and the run says so. On
 CPU (gloo) there are no streams to overlap communication with: ZeRO-1/2 run with ``overlap_comm``,
-``contiguous_gradients`` and ``reduce_scatter`` off (2 processes, tiny model: 0.89x -> 0.97x of
-``DistributedDataParallel`` + AdamW); GPU runs keep the JSON's settings.
+``contiguous_gradients`` and ``reduce_scatter`` off (one all-reduce per bucket); GPU runs keep the
+JSON's settings. Measurements: ``BENCHMARKS.md``, Training.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def ds_config(recipe: Recipe, world_size: int, gpu: bool | None = None) -> dict:
 
 def _read_ds_json(name: str) -> dict:
     """A DeepSpeed JSON: a user path, else the shipped file of that name (``pretrain/ds_zero2.json``)."""
-    from logos.resources import resolve
+    from logos.util.resources import resolve
 
     try:
         path = resolve(name)

@@ -51,11 +51,11 @@ def build_model(recipe: Recipe, vocab: int, bos: int, eos: int, pad: int | None,
 
 
 def load_base(recipe: Recipe, base: Path, shard_vocab: int, ds_config: dict | None = None):
-    """Continued pretraining: (model, tokenizer) of a base LLM with the grammar added (:mod:`logos.extend`).
+    """Continued pretraining: (model, tokenizer) of a base LLM with the grammar added (:mod:`logos.language.extend`).
 
     Its tokenizer with the grammar must be the one the shards were packed with.
     """
-    from logos.extend import load_extended
+    from logos.language.extend import load_extended
 
     torch.manual_seed(recipe.train.seed)
     with zero3_construction(ds_config):
@@ -70,7 +70,7 @@ def load_base(recipe: Recipe, base: Path, shard_vocab: int, ds_config: dict | No
 
 def vocab_of(recipe: Recipe) -> tuple[int, str]:
     """The vocabulary size a recipe trains with, and where it was read (shards, else the tokenizer)."""
-    from logos.resources import ResourceNotFound, resolve
+    from logos.util.resources import ResourceNotFound, resolve
 
     data = Path(recipe.train.data)
     if (data / "meta.json").exists():

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import yaml
 
+from logos.util.config import check_types
+
 __all__ = ["ModelConfig", "TrainConfig", "Recipe", "load_recipe", "padded_vocab", "ConfigError"]
 
 ARCHITECTURES = ("llama", "qwen3")
@@ -147,8 +149,8 @@ class TrainConfig:
     zero_stage: int = 0
     """DeepSpeed ZeRO stage 0-3."""
     precision: str = "auto"
-    """``fp32``; ``bf16-autocast`` (fp32 weights, bf16 matmuls: 2.3-2.5x faster than fp32 on CPUs with AVX512-BF16 or
-    AMX, ~8x *slower* on AVX2-only CPUs, which emulate bf16); ``bf16`` (DeepSpeed bf16 weights + fp32 master, the GPU
+    """``fp32``; ``bf16-autocast`` (fp32 weights, bf16 matmuls: faster than fp32 on CPUs with AVX512-BF16 or AMX, much
+    slower on AVX2-only CPUs, which emulate bf16); ``bf16`` (DeepSpeed bf16 weights + fp32 master, the GPU
     choice); ``auto``: bf16 on a GPU, bf16-autocast on a CPU with native bf16, else fp32 (recorded in the run)."""
     gradient_checkpointing: bool = False
     """Recompute activations in backward (large models)."""
@@ -185,7 +187,7 @@ class TrainConfig:
     save (the partial checkpoint is removed either way; the previous one stays the resume point)."""
     init_from: str | None = None
     """Continued pretraining: a local Llama/Qwen3 Hugging Face directory whose tokenizer gains the grammar
-    symbols and whose embeddings are resized (``logos.extend``); ``model`` then only names the architecture."""
+    symbols and whose embeddings are resized (``logos.language.extend``); ``model`` then only names the architecture."""
 
     def __post_init__(self):
         self.betas = tuple(float(b) for b in self.betas)
@@ -223,13 +225,13 @@ class TrainConfig:
 
 @dataclass
 class LoraConfig:
-    """LoRA finetuning (``peft``; :mod:`logos.finetune.lora`): adapters on every projection, symbol rows trainable."""
+    """LoRA finetuning (``peft``; :mod:`logos.train.lora`): adapters on every projection, symbol rows trainable.
+
+    The export is always both: ``hf/`` with the adapters merged into the weights, and ``adapter/`` in peft's format."""
 
     rank: int = 16
     alpha: float = 32.0
     dropout: float = 0.05
-    merge: bool = True
-    """Export ``hf/`` with the adapters merged into the weights (``adapter/`` is written either way)."""
 
     def __post_init__(self):
         if self.rank <= 0 or self.alpha <= 0 or not 0 <= self.dropout < 1:
@@ -302,6 +304,7 @@ def _build(cls, values: dict, section: str):
                 values[f.name] = float(values[f.name])
             except ValueError:
                 raise ConfigError(f"{section}.{f.name} must be a number, got {values[f.name]!r}") from None
+    check_types(cls, values, section, ConfigError)
     try:
         return cls(**values)
     except TypeError as e:
@@ -338,7 +341,7 @@ def recipe_from_dict(data: dict, overrides: list[str] = ()) -> Recipe:
 def load_recipe(path: Path, overrides: list[str] = ()) -> Recipe:
     """Read a YAML recipe (a user path, else a shipped one such as ``pretrain/tiny.yaml``) and apply
     ``section.key=value`` overrides (values parsed as YAML)."""
-    from logos.resources import ResourceNotFound, resolve
+    from logos.util.resources import ResourceNotFound, resolve
 
     try:
         path = resolve(path)

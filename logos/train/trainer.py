@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from logos.shards import Batch, MixtureReader, ShardReader, load_meta
+from logos.data.shards import Batch, MixtureReader, ShardReader, load_meta
 from logos.train import distributed
 from logos.train.checkpoint import CheckpointSaveError, CheckpointStore
 from logos.train.engine import build_engine, ds_config, resolve_precision
@@ -150,7 +150,7 @@ class Trainer:
         return model
 
     def _with_lora(self, model):
-        from logos.finetune.lora import lora_for_run
+        from logos.train.lora import lora_for_run
 
         self.dist.barrier()  # rank 0 has written the run's tokenizer
         return lora_for_run(model, self.recipe, self.out / TOKENIZER_DIR)
@@ -409,7 +409,7 @@ class Trainer:
 
     def export(self, out: Path) -> Path | None:
         """A self-contained Hugging Face directory of the current weights (rank 0 writes it)."""
-        from logos.export import export_hf
+        from logos.train.export import export_hf
 
         dtype = getattr(torch, self.recipe.train.export_dtype)
         sd = self.state_dict_for_export(dtype)
@@ -425,7 +425,7 @@ class Trainer:
 
 def _copy_tokenizer(name: str, dest: Path) -> None:
     """The tokenizer files of a tokenizer directory (user path or shipped name) into the run directory."""
-    from logos.resources import resolve
+    from logos.util.resources import resolve
 
     src = resolve(name)
     dest.mkdir(parents=True, exist_ok=True)

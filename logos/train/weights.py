@@ -11,10 +11,10 @@ def full_state_dict(module, dist, dtype: torch.dtype, zero3: bool, lora: bool) -
     """The model's state dict in ``dtype`` on rank 0 (``None`` elsewhere); collective under ZeRO-3.
 
     ZeRO-3 gathers one module's own parameters at a time (never the whole model on any rank) and
-    rank 0 keeps a copy of each; LoRA runs export the adapters merged (:mod:`logos.finetune.lora`).
+    rank 0 keeps a copy of each; LoRA runs export the adapters merged (:mod:`logos.train.lora`).
     """
     if lora:
-        from logos.finetune.lora import merged_state_dict
+        from logos.train.lora import merged_state_dict
 
         return merged_state_dict(module, dtype) if dist.is_main else None
     if not zero3:

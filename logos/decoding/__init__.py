@@ -1,0 +1,1 @@
+"""Constrained decoding: grammar masks, per-row domain constraints (chemistry, crystal composition), the sampler."""

@@ -1,0 +1,380 @@
+"""Incremental SMILES validity for constrained decoding: ring closures, branches, valences, aromatic atoms.
+
+A :class:`SmilesState` follows a SMILES string character by character (tokenizer pieces of several
+characters are applied one after another) and refuses, before it is written, any character that
+would make the molecule invalid in a way a partial string can already show:
+
+- **rings**: a ring-closure digit opens a ring on the current atom (which must have a free valence)
+  or closes it on another atom (not the same one, not one it is already bonded to, with a free
+  valence for the bond order); the closing tag is allowed only when no ring is open;
+- **valence**: every atom keeps the bond orders it has used (plus explicit and, for bracket atoms,
+  stated hydrogens) within the largest valence RDKit's periodic table allows its element (charged
+  atoms: the isoelectronic neutral element, RDKit's rule); aromatic atoms also keep at most three
+  neighbours (``o`` two), an aromatic bond counting one;
+- **completability**: a character that leaves open rings with no atom able to take another bond
+  (the current atom and every branch point are full) is refused, so a sample can always be closed;
+- **aromatic atoms** must end inside a ring: at the closing tag every aromatic atom lies on a cycle
+  of the molecule graph, and no character may leave an aromatic atom that no future ring can pass
+  through (:meth:`SmilesState.aromatic_atoms_can_close`).
+
+What a partial string cannot show (a kekulé structure for an aromatic system, some exotic
+hypervalences) is checked once on the finished span by RDKit; a span that fails is resampled by
+the caller, and the rate is reported.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from logos.decoding.aromatic import cycle_atoms, perfect_matching, unpruned
+from logos.decoding.atoms import (AROMATIC, BOND_ORDERS, ORGANIC, SmilesError, _Atom, _bracket_prefix,  # noqa: F401
+                                  _BRACKET, _CHARGE, _valences)
+
+__all__ = ["SmilesState", "SmilesError"]
+
+@dataclass
+class SmilesState:
+    """Where a SMILES string stands: its atoms, open rings and branches, the bond about to be made."""
+
+    atoms: list[_Atom] = field(default_factory=list)
+    current: int | None = None
+    branches: list[int] = field(default_factory=list)
+    rings: dict[str, tuple[int, int | None]] = field(default_factory=dict)  # label -> (atom, bond order)
+    bond: int | None = None           # an explicit bond written, waiting for its atom or ring label
+    pending: str = ""                 # a bracket atom, a two-letter element or %nn label being read
+    label_ok: bool = False            # a ring label may come next (right after its atom or another label)
+    bond_aromatic: bool = False       # the pending bond was written ':'
+    kekule_checked: set[frozenset[int]] = field(default_factory=set)  # final aromatic systems already matched
+
+    def copy(self) -> "SmilesState":
+        return SmilesState([a.copy() for a in self.atoms], self.current, list(self.branches), dict(self.rings),
+                           self.bond, self.pending, self.label_ok, self.bond_aromatic, set(self.kekule_checked))
+
+    # ------------------------------------------------------------------ characters
+    def feed(self, text: str) -> None:
+        """Apply ``text``; SmilesError (state unspecified) when it cannot lead to a valid molecule."""
+        for ch in text:
+            self._char(ch)
+        ahead = self
+        if self.pending in ("C", "B"):  # C or B (or Cl, Br): the atom must fit either way
+            ahead = self.copy()
+            ahead.flush()
+        if not ahead.pending and not ahead.completable():
+            raise SmilesError("no atom left to close the open rings")
+        if not ahead.pending and not ahead.aromatic_atoms_can_close():
+            raise SmilesError("an aromatic atom can no longer end up in a ring")
+        if not ahead.pending and not ahead.final_systems_kekulize():
+            raise SmilesError("a finished aromatic system cannot be kekulized")
+        self.kekule_checked = ahead.kekule_checked
+
+    def _char(self, ch: str) -> None:
+        if self.pending:
+            self._pending_char(ch)
+        elif ch == "[" or ch == "%":
+            need = self.bond if self.bond is not None else 1  # the next atom's bond, or the ring bond
+            if (ch == "%" or self.current is not None) and (self.current is None or self.atoms[self.current].free < need):
+                raise SmilesError(f"{ch!r} on an atom without a free valence")
+            if ch == "%" and not self.label_ok:
+                raise SmilesError("a ring label must follow its atom")
+            if ch == "[" and self.current is not None:  # whatever atom comes, the current one stops growing
+                future = self.copy()
+                future._add_atom(_Atom(99))
+                if not future.aromatic_atoms_can_close() or not future.final_systems_kekulize():
+                    raise SmilesError("a next atom would strand an aromatic atom")
+            self.pending = ch
+        elif ch in "CBNOPSFIcbnops":
+            if ch in "CB":  # Cl, Br: wait for the next character
+                self.pending = ch
+            else:
+                self._aliphatic_or_aromatic(ch)
+        elif ch == "*":
+            self._add_atom(_Atom(99))
+        elif ch.isdigit():
+            self._ring(ch)
+        elif ch == "(":
+            if self.current is None or self.atoms[self.current].free < 1 or self.bond is not None:
+                raise SmilesError("branch on an atom without a free valence")
+            self.branches.append(self.current)
+            self.label_ok = False
+        elif ch == ")":
+            if not self.branches or self.bond is not None:
+                raise SmilesError("unbalanced ')'")
+            self.current = self.branches.pop()
+            self.label_ok = False
+        elif ch == ".":
+            if self.branches or self.bond is not None:
+                raise SmilesError("'.' inside a branch or after a bond")
+            self.current, self.label_ok = None, False
+        elif ch in BOND_ORDERS:
+            if self.current is None or self.bond is not None:
+                raise SmilesError(f"bond {ch!r} without an atom before it")
+            if self.atoms[self.current].free < BOND_ORDERS[ch]:
+                raise SmilesError(f"bond {ch!r} exceeds a valence")
+            self.bond, self.bond_aromatic = BOND_ORDERS[ch], ch == ":"
+        elif ch in "<>":  # dative bonds -> and <-: no valence bookkeeping (RDKit checks the finished span)
+            if ch == ">" and self.bond is not None:
+                self.bond = 0
+            elif ch == "<":
+                self.bond = None
+                self.pending = "<"
+        else:
+            raise SmilesError(f"unexpected {ch!r}")
+
+    def _pending_char(self, ch: str) -> None:
+        p = self.pending
+        if p == "<":  # "<-"
+            self.pending = ""
+            if ch != "-":
+                raise SmilesError("'<' not followed by '-'")
+            self.bond = 0
+        elif p in ("C", "B"):
+            self.pending = ""
+            if (p, ch) in (("C", "l"), ("B", "r")):
+                self._add_atom(_Atom(ORGANIC[p + ch]))
+            else:
+                self._aliphatic_or_aromatic(p)
+                self._char(ch)
+        elif p.startswith("%"):
+            if not ch.isdigit():
+                raise SmilesError("'%' needs two digits")
+            self.pending += ch
+            if len(self.pending) == 3:
+                label, self.pending = self.pending, ""
+                self._ring(label)
+        else:  # inside [...]
+            self.pending += ch
+            if not _bracket_prefix(self.pending):
+                raise SmilesError(f"no atom starts with {self.pending!r}")
+            if ch != "]" and not self._bracket_can_end(self.pending.split(":")[0]):
+                raise SmilesError(f"no valid atom starts with {self.pending!r}")
+            if ch == "]":
+                atom, self.pending = self.pending, ""
+                self._bracket(atom)
+
+    def flush(self) -> None:
+        """Resolve a trailing ``C`` or ``B`` (that could still have become Cl or Br)."""
+        if self.pending in ("C", "B"):
+            p, self.pending = self.pending, ""
+            self._aliphatic_or_aromatic(p)
+
+    # ------------------------------------------------------------------ atoms, bonds, rings
+    def _aliphatic_or_aromatic(self, ch: str) -> None:
+        if ch.islower():
+            element, degree = AROMATIC[ch]
+            self._add_atom(_Atom(ORGANIC[element], aromatic=True, max_degree=degree, valences=_valences(element, 0)))
+        else:
+            self._add_atom(_Atom(ORGANIC[ch], valences=_valences(ch, 0)))
+
+    def _bracket(self, text: str) -> None:
+        m = _BRACKET.fullmatch(text)
+        if not m:
+            raise SmilesError(f"bad bracket atom {text!r}")
+        symbol, hydrogens, charge_text = m.group(2), m.group(4), m.group(5)
+        h = 0 if not hydrogens else int(hydrogens[1:] or 1)
+        charge = 0
+        for part in _CHARGE.findall(charge_text or ""):
+            charge += (2 if part in ("++", "--") else int(part[1:] or 1)) * (1 if part[0] == "+" else -1)
+        aromatic = symbol[0].islower()
+        if symbol == "*":
+            valences = (99,)
+        elif aromatic:
+            if symbol not in AROMATIC:
+                raise SmilesError(f"{symbol!r} cannot be aromatic")
+            valences = _valences(AROMATIC[symbol][0], charge)
+        else:
+            valences = _valences(symbol, charge)
+        atom = _Atom(valences[-1], used=h, aromatic=aromatic, max_degree=AROMATIC[symbol][1] if aromatic else 99,
+                     valences=valences)
+        if atom.free < 0:
+            raise SmilesError(f"{text} has more hydrogens than its valence allows")
+        self._add_atom(atom)
+
+    def _bracket_can_end(self, head: str) -> bool:
+        """Whether the bracket atom begun as ``head`` (no atom map) can still end as a valid, bondable atom.
+
+        Tries the endings a valid atom could still have (a second element letter, a charge); a head that no
+        ending completes yet (an isotope, a chirality class half written) is judged at a later character.
+        """
+        heads = [head] + ([head + c for c in "abcdefghiklmnoprstuy"] if re.fullmatch(r"\[\d{0,3}[A-Z]", head) else [])
+        charged = any(c in head[2:] for c in "+-")
+        endings = ("]",) if charged else ("]", "+]", "-]", "+2]", "-2]", "+3]", "-3]")
+        judged = False
+        for h in heads:
+            for ending in endings:
+                if _BRACKET.fullmatch(h + ending) is None:
+                    continue
+                judged = True
+                try:
+                    self.copy()._bracket(h + ending)
+                    return True
+                except SmilesError:
+                    continue
+        return not judged
+
+    def _add_atom(self, atom: _Atom) -> None:
+        index = len(self.atoms)
+        if self.current is not None:
+            order = self.bond if self.bond is not None else 1
+            prev = self.atoms[self.current]
+            if prev.free < order or atom.free < order:
+                raise SmilesError("bond exceeds a valence")
+            aromatic = prev.aromatic and atom.aromatic and (self.bond is None or self.bond_aromatic)
+            prev.bond(index, order, aromatic)
+            atom.bond(self.current, order, aromatic)
+        elif self.bond is not None:
+            raise SmilesError("bond without an atom before it")
+        self.atoms.append(atom)
+        self.current, self.bond, self.bond_aromatic, self.label_ok = index, None, False, True
+
+    def _ring(self, label: str) -> None:
+        if self.current is None or not self.label_ok:
+            raise SmilesError("a ring label must follow its atom")
+        here = self.atoms[self.current]
+        if label not in self.rings:
+            order = self.bond if self.bond is not None else 1
+            if here.free < order:
+                raise SmilesError("ring opening exceeds a valence")
+            here.used += order  # reserved for the ring bond (its neighbour is added when it closes)
+            here.open_rings += 1
+            self.rings[label] = (self.current, self.bond, self.bond_aromatic)
+        else:
+            other, opened, opened_aromatic = self.rings.pop(label)
+            if other == self.current or other in here.neighbours:
+                raise SmilesError("ring closure onto the same or an already bonded atom")
+            if self.bond is not None and opened is not None and self.bond != opened:
+                raise SmilesError("ring closure with two different bond orders")
+            order = self.bond if self.bond is not None else (opened if opened is not None else 1)
+            reserved = opened if opened is not None else 1
+            far = self.atoms[other]
+            if here.free < order or far.free < order - reserved:
+                raise SmilesError("ring closure exceeds a valence")
+            if len(here.neighbours) >= here.max_degree:
+                raise SmilesError("ring closure exceeds an aromatic atom's neighbours")
+            aromatic = here.aromatic and far.aromatic and (self.bond is None or self.bond_aromatic) and \
+                (opened is None or opened_aromatic)
+            here.bond(other, order, aromatic)
+            far.bond(self.current, order - reserved, aromatic)
+            far.open_rings -= 1
+            here.in_ring = far.in_ring = True
+        self.bond, self.bond_aromatic = None, False
+
+    # ------------------------------------------------------------------ ends
+    def completable(self) -> bool:
+        """Whether some continuation closes every ring (an atom able to take one more bond exists)."""
+        if not self.rings and self.bond is None:
+            return True
+        points = ([self.current] if self.current is not None else []) + self.branches
+        need = self.bond if self.bond is not None else 1
+        return any(self.atoms[i].free >= need for i in points) if points else False
+
+    def _in_cycles(self) -> set[int]:
+        """Atoms on a closed cycle of the molecule graph."""
+        return cycle_atoms(self.atoms)
+
+    def _anchors(self) -> set[int]:
+        """Atoms that can still gain a bond: the current atom and branch points with a free valence, ring openers."""
+        anchors = {i for i in [self.current, *self.branches] if i is not None and self.atoms[i].free > 0}
+        return anchors | {atom for atom, *_ in self.rings.values()}
+
+    def final_systems_kekulize(self) -> bool:
+        """Whether every *finished* aromatic system (none of its atoms can gain a bond) has a kekulé structure:
+        a perfect matching, over its aromatic bonds, of the atoms that need a double bond."""
+        anchors, seen = self._anchors(), set()
+        for start, atom in enumerate(self.atoms):
+            if not atom.aromatic or start in seen:
+                continue
+            system, stack = {start}, [start]
+            while stack:
+                for j in self.atoms[stack.pop()].aromatic_bonds:
+                    if j not in system:
+                        system.add(j)
+                        stack.append(j)
+            seen |= system
+            key = frozenset(system)
+            if system & anchors or key in self.kekule_checked:
+                continue
+            needing = [i for i in system if self.atoms[i].needs_double()]
+            if len(needing) % 2:
+                return False
+            if needing and not perfect_matching(self.atoms, needing):
+                return False
+            self.kekule_checked.add(key)
+        return True
+
+    def aromatic_atoms_can_close(self) -> bool:
+        """Whether every aromatic atom outside a ring can still become part of one.
+
+        A future ring passes through an existing atom only if the atom lies on the path between two
+        *anchors*: atoms that can still take a bond (the current atom and branch points with a free
+        valence) and atoms whose ring bond is open. Pruning every non-anchor leaf of the molecule graph
+        leaves those paths (and the closed rings); an aromatic atom on no cycle that is pruned away, or
+        left with a single anchor, is lost (only the current atom may still open a ring of its own).
+        """
+        lonely = [i for i, a in enumerate(self.atoms) if a.aromatic and not a.in_ring]
+        if lonely:
+            cycles = self._in_cycles()
+            lonely = [i for i in lonely if i not in cycles]
+        if not lonely:
+            return True
+        anchors = self._anchors()
+        # the current atom may still open a ring itself (a label right after it); any other needs two anchors
+        lonely = [i for i in lonely if not (i == self.current and self.label_ok and self.atoms[i].free > 0)]
+        if not lonely:
+            return True
+        if len(anchors) < 2:
+            return False
+        alive = unpruned(self.atoms, anchors)
+        return all(i in alive for i in lonely)
+
+    def can_close(self) -> bool:
+        """Whether the span may end here: atoms written, no open ring, bond or branch, aromatic atoms in rings."""
+        if self.pending in ("C", "B"):  # a trailing C or B is an atom if the span ends here
+            ended = self.copy()
+            try:
+                ended.flush()
+            except SmilesError:
+                return False
+            return ended.can_close()
+        if not self.atoms or self.rings or self.bond is not None or self.branches or self.pending:
+            return False
+        aromatic = [i for i, a in enumerate(self.atoms) if a.aromatic]
+        if aromatic and not set(aromatic) <= self._in_cycles():
+            return False
+        ended = self.copy()
+        ended.current = None  # at the end no atom gains a bond: every system is finished
+        return ended.final_systems_kekulize()
+
+    def lower_bound(self) -> int:
+        """Characters any valid ending needs at least (cheap; :meth:`ending` plans one)."""
+        return len(self.branches) + len(self.rings) + len(self.pending) + (self.bond is not None)
+
+    def ending(self, limit: int = 48) -> str | None:
+        """A short valid ending found greedily (finish a bracket, close a ring, else a branch, else add a carbon),
+        or None when none is found within ``limit`` characters (e.g. an aromatic system that can no longer be
+        kekulized). Moves are single characters applied in place, so planning costs little."""
+        if self.lower_bound() > limit:
+            return None
+        state, path = self.copy(), ""
+        while len(path) <= limit:
+            if state.can_close():
+                return path
+            if state.pending.startswith("["):
+                moves = ["]"]
+            elif state.pending.startswith("%"):
+                moves = list("0123456789")
+            else:
+                moves = [label for label in state.rings if len(label) == 1] + [")", "C"]
+            for move in moves:
+                trial = state if move != "C" else state  # single-character moves fail before they change anything
+                try:
+                    trial._char(move)
+                    if move == "C":
+                        trial.flush()
+                except SmilesError:
+                    continue
+                path += move
+                break
+            else:
+                return None
+        return None

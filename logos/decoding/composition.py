@@ -1,0 +1,112 @@
+"""Crystal decoding constraint: the Wyckoff sites a row writes must add up to its prompt's composition.
+
+The grammar (:mod:`logos.materials.constraint`) knows each space group's Wyckoff letters but cannot
+count: a crystal structure prediction prompt ``<CrystalS>Ca1O3Ti1`` followed by sites of other
+elements, or by too many oxygens, is grammatical and only refused when the sample is written. This
+layer follows every row's text the way :class:`~logos.generate.constraints.ChemistryRows` follows
+molecule spans (same ``check`` / ``advance`` interface, one candidate token at a time):
+
+- an element may start only when the composition still has atoms of it left;
+- ``El<wX>`` is accepted only when the position's multiplicity fits in what is left of ``El`` and the
+  rest can still be filled with the group's multiplicities;
+- ``<CrystalE>`` is accepted only when every element's count is reached exactly.
+
+Rows whose prompt has no composition header, and sites with partial occupancy (``<Occ>``), are not
+counted (the writer still checks them).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from logos.science.materials.parse import parse_composition
+from logos.science.materials.wyckoff import LETTERS, MULTIPLICITY
+from logos.util.records import RecordError
+
+__all__ = ["CompositionRows"]
+
+CLOSE = "<CrystalE>"
+_HEADER = re.compile(r"<CrystalS>([A-Z][A-Za-z0-9.]*)(?=<sg\d+>|$)")
+_GROUP = re.compile(r"<sg(\d+)>")
+_SITE = re.compile(r"([A-Z][a-z]?)<w([a-zA-Z])>")
+_PARTIAL_ELEMENT = re.compile(r"(?<![A-Za-z])([A-Z][a-z]?)$")  # an element being written at the end of the text
+
+
+@functools.lru_cache(maxsize=None)
+def _fillable(sg: int, limit: int) -> frozenset[int]:
+    """Atom counts up to ``limit`` that sums of the group's multiplicities (each used any number of times) reach."""
+    reach = {0}
+    for total in range(1, limit + 1):
+        if any(total - m in reach for m in set(MULTIPLICITY[sg])):
+            reach.add(total)
+    return frozenset(reach)
+
+
+class CompositionRows:
+    """The atom counts of every crystal row against its prompt's composition header."""
+
+    def __init__(self, table, prompt_texts: list[str]):
+        self.table = table
+        self.close_id = table.id.get(CLOSE)
+        self.texts = list(prompt_texts)
+        self.targets: list[dict[str, int] | None] = [self._target(t) for t in prompt_texts]
+
+    @staticmethod
+    def _target(prompt: str) -> dict[str, int] | None:
+        m = _HEADER.search(prompt)
+        if m is None:
+            return None
+        try:
+            counts = parse_composition(m.group(1))
+        except RecordError:
+            return None
+        if any(abs(v - round(v)) > 1e-6 for v in counts.values()):
+            return None  # fractional counts: partial occupancy, not counted here
+        return {el: int(round(v)) for el, v in counts.items()}
+
+    def feasible(self, row: int, text: str, final: bool) -> bool:
+        """Whether ``text`` (the row's text so far) can still end with exactly the row's composition."""
+        target = self.targets[row]
+        if target is None or "<Occ>" in text:
+            return True
+        m = _GROUP.search(text)
+        if m is None:
+            return not final
+        sg = int(m.group(1))
+        body = text[m.end():]
+        left = dict(target)
+        for el, letter in _SITE.findall(body):
+            if el not in left or letter not in LETTERS:
+                return False
+            k = LETTERS.index(letter)
+            if k >= len(MULTIPLICITY[sg]):
+                return False
+            left[el] -= MULTIPLICITY[sg][k]
+            if left[el] < 0:
+                return False
+        if final:
+            return all(v == 0 for v in left.values())
+        fillable = _fillable(sg, max(target.values()))
+        if any(v not in fillable for v in left.values()):
+            return False
+        tail = body.rsplit(">", 1)[-1]
+        partial = _PARTIAL_ELEMENT.search(tail)
+        if partial and not any(el.startswith(partial.group(1)) and v > 0 for el, v in left.items()):
+            return False
+        return True
+
+    # the interface the sampler uses for its row constraint
+    def check(self, row: int, token: int, closing: bool = False) -> bool:
+        if self.targets[row] is None:
+            return True
+        return self.feasible(row, self.texts[row] + self.table.text[token], final=token == self.close_id)
+
+    def advance(self, row: int, token: int) -> None:
+        self.texts[row] += self.table.text[token]
+
+    def closing(self, row: int, remaining: int, slack: int) -> bool:
+        return False  # no planned ending: the grammar's budget handling closes crystal rows
+
+    def stuck(self, row: int) -> bool:
+        return False

@@ -1,0 +1,226 @@
+"""Decoding constraints: the grammar (llguidance, one matcher per row) and the chemistry of molecule spans.
+
+Two layers, combined at every step by the sampler:
+
+- :class:`GrammarRows` masks the logits to what the formal grammar allows next (``grammar/logos.lark``
+  plus the task's own rules: a start rule, the amino-acid alphabet, a copied sequence). One matcher
+  is compiled per task and *deep-copied* per row, so a large grammar (all 230 space groups) is
+  compiled once. Masks are built as llguidance bitmasks in numpy, unpacked on the logits' device and
+  applied with ``masked_fill`` (llguidance's torch helper is ``torch.compile``d: 17 s on its first
+  CPU call).
+- :class:`ChemistryRows` follows every ``<MoleculeS>...<MoleculeE>`` span a row writes with a
+  :class:`~logos.generate.chemistry.SmilesState` and accepts or refuses *one candidate token at a
+  time* (the sampler draws, checks, and redraws without the refused token: exactly sampling from the
+  distribution restricted to accepted tokens, at the cost of one check per draw instead of one per
+  vocabulary entry). The closing tag is accepted only when the span is complete and RDKit sanitizes
+  it (kekulization is the one check a partial string cannot make); a span RDKit refuses marks the
+  row for resampling.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import torch
+
+from logos.science.chemistry import CLOSE as MOL_CLOSE, OPEN as MOL_OPEN
+from logos.decoding.chemistry import SmilesError, SmilesState
+from logos.util.records import InputError
+
+__all__ = ["TokenTable", "GrammarRows", "ChemistryRows"]
+
+BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+
+
+class TokenTable:
+    """Per-token facts of a tokenizer: its text, which ids are specials, byte pieces or padding rows."""
+
+    def __init__(self, tokenizer, vocab_rows: int):
+        from logos.language.grammar import special_tokens
+
+        self.size, self.rows = len(tokenizer), vocab_rows
+        pieces = tokenizer.convert_ids_to_tokens(list(range(self.size)))
+        self.text = [tokenizer.convert_tokens_to_string([p]) if p is not None else "" for p in pieces]
+        self.symbols = set(special_tokens())
+        self.specials = set(tokenizer.all_special_tokens) | self.symbols
+        self.id = {p: i for i, p in enumerate(pieces) if p in self.specials}
+        self.bytes = [i for i, p in enumerate(pieces) if p and BYTE_TOKEN.fullmatch(p)]
+        self.pieces = pieces
+
+    def banned(self, allowed_symbols: set[str], keep: set[int]) -> torch.Tensor:
+        """bool [rows]: padding rows, byte pieces, and every special/grammar symbol the task never writes."""
+        out = torch.zeros(self.rows, dtype=torch.bool)
+        out[self.size:] = True
+        out[self.bytes] = True
+        for piece, i in self.id.items():
+            if piece not in allowed_symbols and i not in keep:
+                out[i] = True
+        return out
+
+
+_LLTOK: dict = {}
+_COMPILED: dict = {}
+
+
+def _lltokenizer(tokenizer, vocab_rows: int):
+    """llguidance's view of ``tokenizer`` (cached for the tokenizer object itself, not its ``id``: a freed
+    tokenizer's id is reused by the next one, which must not inherit its token table)."""
+    import llguidance.hf
+
+    cached = _LLTOK.get("entry")
+    if cached is None or cached[0] is not tokenizer or cached[1] != vocab_rows:
+        _COMPILED.clear()  # compiled grammars belong to the old token table
+        _LLTOK["entry"] = (tokenizer, vocab_rows, llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_rows))
+    return _LLTOK["entry"][2]
+
+
+def task_grammar(start: str, extra_rules: str = "") -> str:
+    """The shipped grammar with ``start`` as its start rule and the task's extra rules appended."""
+    from logos.language.grammar import grammar_text
+
+    return re.sub(r"(?m)^start:.*$", f"start: {start}", grammar_text()) + "\n" + extra_rules + "\n"
+
+
+class GrammarRows:
+    """One llguidance matcher per row; :meth:`mask` gives the bool mask of tokens each row may write next."""
+
+    def __init__(self, tokenizer, vocab_rows: int, grammars: list[str], prompts: list[list[int]], stop_id: int,
+                 device: torch.device):
+        try:
+            import llguidance
+        except ImportError:
+            raise InputError("grammar-constrained sampling needs llguidance (pip install 'logos[decode]'); "
+                             "or pass --unconstrained") from None
+        lltok = _lltokenizer(tokenizer, vocab_rows)
+        self.matchers = []
+        for grammar, ids in zip(grammars, prompts):
+            key = (id(lltok), grammar)
+            if key not in _COMPILED:  # one compile per grammar text; rows get deep copies
+                if len(_COMPILED) > 32:
+                    _COMPILED.clear()
+                base = llguidance.LLMatcher(lltok, grammar, log_level=0)
+                if base.is_error():
+                    raise InputError(f"task grammar does not compile: {base.get_error()}")
+                _COMPILED[key] = base
+            m = _COMPILED[key].deep_copy()
+            m.consume_tokens(ids)
+            if m.is_error():
+                raise InputError(f"prompt does not parse under the task grammar: {m.get_error()}")
+            self.matchers.append(m)
+        self.stop_id, self.rows, self.device = stop_id, vocab_rows, device
+        self.words = (vocab_rows + 31) // 32
+        self._bits = torch.arange(32, dtype=torch.int32, device=device)
+
+    def mask(self, active: list[bool]) -> torch.Tensor:
+        """bool [B, V]: allowed tokens per row; a finished (or failed) row may only write the stop token."""
+        from llguidance.numpy import fill_next_token_bitmask
+
+        bitmask = np.zeros((len(self.matchers), self.words), dtype=np.int32)
+        stop_word, stop_bit = divmod(self.stop_id, 32)
+        for i, m in enumerate(self.matchers):
+            if not active[i] or m.is_stopped() or m.is_error():
+                bitmask[i, stop_word] = np.uint32(1 << stop_bit).view(np.int32)
+                continue
+            fill_next_token_bitmask(m, bitmask, i)
+            if m.is_accepting():
+                bitmask[i, stop_word] |= np.uint32(1 << stop_bit).view(np.int32)
+        words = torch.from_numpy(bitmask).to(self.device)                                # [B, W]
+        return ((words[:, :, None] >> self._bits) & 1).flatten(1)[:, : self.rows].bool()  # [B, V]
+
+    def advance(self, row: int, token: int) -> None:
+        m = self.matchers[row]
+        if token != self.stop_id and not m.is_stopped() and not m.is_error():
+            m.consume_token(token)
+
+    def accepting(self, row: int) -> bool:
+        m = self.matchers[row]
+        return m.is_accepting() or m.is_stopped()
+
+
+class ChemistryRows:
+    """The chemistry of every molecule span each row writes (see the module docstring)."""
+
+    def __init__(self, table: TokenTable, rows: int, prompt_tails: list[str]):
+        self.table = table
+        self.open_id, self.close_id = table.id.get(MOL_OPEN), table.id.get(MOL_CLOSE)
+        self.states: list[SmilesState | None] = []
+        self.smiles: list[str] = []
+        for tail in prompt_tails:  # a prompt may end inside a span (``<MoleculeS>`` or ``<MoleculeS>CC(``)
+            state, text = None, ""
+            if MOL_OPEN in tail and MOL_CLOSE not in tail.rsplit(MOL_OPEN, 1)[1]:
+                text = tail.rsplit(MOL_OPEN, 1)[1]
+                state = SmilesState()
+                state.feed(text)
+            self.states.append(state)
+            self.smiles.append(text)
+        self.kekule_failures = [0] * rows
+        self._pending: dict[int, SmilesState] = {}
+        self._plans: dict[int, str | None] = {}  # the row's planned ending at this step (closing mode)
+
+    def closing(self, row: int, remaining: int, slack: int) -> bool:
+        """Whether the row must head for the end: its budget left is what a planned ending needs plus ``slack``.
+
+        From then on only tokens that spell the start of the planned ending are accepted (then the closing tag).
+        """
+        state = self.states[row]
+        if state is None or remaining > state.lower_bound() + slack + 4:
+            return False  # far from the budget: no need to plan an ending
+        if row not in self._plans:
+            self._plans[row] = state.ending(limit=max(remaining - 1, 0))
+        plan = self._plans[row]
+        return plan is None or remaining <= len(plan) + slack
+
+    def check(self, row: int, token: int, closing: bool = False) -> bool:
+        """Whether ``row`` may write ``token`` now (``closing``: the length budget is nearly spent)."""
+        state = self.states[row]
+        if token == self.open_id:
+            return state is None and not closing
+        if state is None:
+            return True
+        if token == self.close_id:
+            return state.can_close() and self._sanitizes(row)
+        text = self.table.text[token]
+        if not text or token in self.table.bytes or self.table.pieces[token] in self.table.specials:
+            return False
+        if closing:  # near the budget: only the start of the planned ending
+            plan = self._plans.get(row)
+            if plan is None:
+                plan = self._plans[row] = state.ending()
+            if not plan or not plan.startswith(text):
+                return False
+        trial = state.copy()
+        try:
+            trial.feed(text)
+        except SmilesError:
+            return False
+        if (trial.rings or any(c in text for c in ")]")) and trial.ending() is None:
+            return False  # lookahead: no way left to end the span validly
+        self._pending[row] = trial
+        return True
+
+    def _sanitizes(self, row: int) -> bool:
+        from rdkit import Chem
+
+        ok = Chem.MolFromSmiles(self.smiles[row]) is not None
+        if not ok:
+            self.kekule_failures[row] += 1
+        return ok
+
+    def advance(self, row: int, token: int) -> None:
+        plan, text = self._plans.pop(row, None), self.table.text[token]
+        if plan and text and plan.startswith(text):  # following the planned ending: the rest still holds
+            self._plans[row] = plan[len(text):]
+        if token == self.open_id and self.states[row] is None:
+            self.states[row], self.smiles[row] = SmilesState(), ""
+        elif token == self.close_id:
+            self.states[row] = None
+        elif self.states[row] is not None:
+            self.states[row] = self._pending.pop(row, None) or self.states[row]
+            self.smiles[row] += self.table.text[token]
+        self._pending.pop(row, None)
+
+    def stuck(self, row: int) -> bool:
+        """A complete span that RDKit refuses (kekulization): only resampling the row helps."""
+        state = self.states[row]
+        return state is not None and state.can_close() and self.kekule_failures[row] > 0

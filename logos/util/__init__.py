@@ -1,0 +1,1 @@
+"""Bottom layer: record files and their errors, shipped resources, process isolation, atomic writes, caches."""
