@@ -141,8 +141,8 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
              progress: bool | None = None) -> GenerateResult:
     """Sample the task's prompts and write the files (see the module docstring)."""
     from logos.domains import writer_for
-    from logos.generate.composition import CompositionRows
-    from logos.generate.constraints import ChemistryRows, GrammarRows, TokenTable, task_grammar
+    from logos.generate.constraints import GrammarRows, TokenTable, task_grammar
+    from logos.generate.rows import row_constraint
 
     start = time.perf_counter()
     task = TASKS.get(options.task)
@@ -175,19 +175,17 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
         while queue:
             chunk, queue = queue[: options.batch_size], queue[options.batch_size:]
             ids = [[doc_start] + tok(p.text, add_special_tokens=False)["input_ids"] for p, _ in chunk]
-            row_budget = sampling if task.name != "pocket" else Sampling(
-                sampling.temperature, sampling.top_k, sampling.top_p,
-                max(max(len(p.text) for p, _ in chunk) + 32, 64), sampling.closing_slack)  # a copy task needs the input's length
-            grammar = chemistry = None
+            budget = sampling.max_new_tokens if task.name != "pocket" else \
+                max(max(len(p.text) for p, _ in chunk) + 32, 64)  # a copy task needs the input's length
+            grammar, rows = None, [row_constraint(task, table, p.text) for p, _ in chunk]
             if options.constrained:
                 grammar = GrammarRows(tok, vocab_rows, [task_grammar(task.start, task.rules + "\n" + p.rules)
                                                          for p, _ in chunk], [x[1:] for x in ids], stop_id, model.device)
-                if task.chemistry:
-                    chemistry = ChemistryRows(table, len(chunk), [p.text for p, _ in chunk])
-                elif task.name == "crystal":  # the sites must add up to the prompt's composition
-                    chemistry = CompositionRows(table, [p.text for p, _ in chunk])
-            results = sample_batch(model, ids, pad_id, stop_id, banned, row_budget, generator, grammar, chemistry,
-                                   stats)
+                if not options.sampling.max_new_tokens:  # the task's default: what the rows' inputs need
+                    budget = max(row.budget(budget) if row is not None else budget for row in rows)
+            row_budget = Sampling(sampling.temperature, sampling.top_k, sampling.top_p, budget, sampling.closing_slack)
+            results = sample_batch(model, ids, pad_id, stop_id, banned, row_budget, generator, grammar,
+                                   rows if options.constrained else None, stats)
             for (prompt, attempt), r in zip(chunk, results):
                 tokens += len(r.tokens)
                 redraws += r.redraws
