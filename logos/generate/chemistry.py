@@ -361,8 +361,9 @@ class SmilesState:
             except SmilesError:
                 return False
             return ended.can_close()
-        if not self.atoms or self.rings or self.bond is not None or self.branches or self.pending:
-            return False
+        if not self.atoms or self.current is None or self.rings or self.bond is not None or self.branches or \
+                self.pending:
+            return False  # (no current atom after atoms: a '.' waiting for the next molecule)
         aromatic = [i for i, a in enumerate(self.atoms) if a.aromatic]
         if aromatic and not set(aromatic) <= self._in_cycles():
             return False

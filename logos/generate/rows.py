@@ -41,7 +41,7 @@ __all__ = ["RowConstraint", "SmilesRow", "CompositionRow", "CopyRow", "SmilesVoc
 WINDOW = 8       # within this many tokens of what an ending needs at least, every token must keep a planned ending
 MARGIN = 2       # follow the planned ending when the budget left is its length plus this
 PLANS_PER_STEP = 12  # planner calls one row may make per step (checks beyond it refuse risky tokens)
-CAREFUL = 2      # refusals after which a row's aromatic tokens are checked with a planned ending too
+CAREFUL = 2      # refusals after which a row's aromatic tokens are also checked with a planned ending
 _RISKY = frozenset("[%<>~$*/\\.:")  # characters after which the state machine alone may not see a dead end
 _SMILES_CHARS = re.compile(r"[A-Za-z0-9()\[\]=#$:/\\.@+\-%*~<>]+")
 
@@ -89,6 +89,7 @@ class SmilesVocab:
             if self.smiles[i] and len(t) <= 8 and t not in self.piece:
                 self.piece[t] = i
         self.longest = max(map(len, self.piece), default=1)
+        self.plans: dict[tuple[str, bool], tuple[list[int] | None, int]] = {}  # span text -> planned ending
 
     def spell(self, text: str) -> list[int] | None:
         """Token ids spelling ``text`` (longest match first), None if some character has no piece."""
@@ -140,8 +141,7 @@ class SmilesRow(RowConstraint):
         self._trial: tuple | None = None
         self._plan: list[int] | None = None   # token ids of the planned ending for the current state
         self._planned = False
-        self._plan_calls = 0
-        self._refusals = 0
+        self._plan_calls = self._refusals = 0
 
     def fork(self) -> "SmilesRow":
         new = SmilesRow.__new__(SmilesRow)
@@ -152,22 +152,40 @@ class SmilesRow(RowConstraint):
         return new
 
     # ---------------------------------------------------------------- planning
-    def _plan_tokens(self, state: SmilesState, remaining: int, quick: bool = False) -> list[int] | None:
-        text = plan_ending(state, limit=max(remaining - 1, 0), max_nodes=40 if quick else 120)
-        if text is None:
-            return None
-        ids = self.vocab.spell(text)
-        return None if ids is None else ids + [self.vocab.close_id]
+    def _plan_tokens(self, state: SmilesState, remaining: int, quick: bool = False, text: str | None = None
+                     ) -> list[int] | None:
+        """Token ids of a planned ending of ``state`` (whose span text is ``text``) within ``remaining`` tokens.
+
+        Plans are shared by all rows through the vocabulary's cache, keyed by the span text (which determines
+        the state): a plan found fits any larger budget, a failure any smaller one.
+        """
+        limit = max(remaining - 1, 0)
+        cache = self.vocab.plans
+        key = (text, quick) if text is not None else None
+        if key is not None and key in cache:
+            plan, tried = cache[key]
+            if plan is not None and len(plan) <= remaining:
+                return plan
+            if plan is None and tried >= limit:
+                return None
+        found = plan_ending(state, limit=limit, max_nodes=100 if quick else 200, quick=40)
+        ids = self.vocab.spell(found) if found is not None else None
+        plan = None if ids is None else ids + [self.vocab.close_id]
+        if key is not None:
+            if len(cache) > 200_000:
+                cache.clear()
+            cache[key] = (plan, limit)
+        return plan
 
     def _risky(self, trial: SmilesState, text: str) -> bool:
         """Whether the state machine's own checks may miss a dead end after ``text``: a half-written bracket atom or
         label, an unusual bond or label character (rare in real molecules, frequent from a weak model); and, once
-        the row has shown it wanders (``CAREFUL`` refusals), any aromatic system still being written - the state
-        machine checks the kekulé structure of finished systems only."""
+        the row has had ``CAREFUL`` draws refused, an aromatic system still being written - the state machine checks
+        the kekulé structure of finished systems only, and a model that wanders writes systems no ending completes."""
         if trial.pending not in ("", "C", "B") or not _RISKY.isdisjoint(text):
             return True
         if self._refusals < CAREFUL:
-            return False
+            return False  # a row whose draws are accepted: the state machine's checks suffice
         anchors = [i for i in (trial.current, *trial.branches) if i is not None]
         anchors += [atom for atom, *_ in trial.rings.values()]
         if any(trial.atoms[i].aromatic for i in anchors):
@@ -179,7 +197,7 @@ class SmilesRow(RowConstraint):
         if self.state is None:
             return None
         if not self._planned:
-            self._plan, self._planned = self._plan_tokens(self.state, remaining), True
+            self._plan, self._planned = self._plan_tokens(self.state, remaining, text=self.smiles), True
         return self._plan
 
     def must_close(self, remaining: int) -> bool:
@@ -219,7 +237,7 @@ class SmilesRow(RowConstraint):
             if self._plan_calls >= PLANS_PER_STEP:
                 return False
             self._plan_calls += 1
-            plan = self._plan_tokens(trial, remaining - 1, quick=not near)
+            plan = self._plan_tokens(trial, remaining - 1, quick=not near, text=self.smiles + vocab.text[token])
             if plan is None or len(plan) > remaining - 1:
                 self._refusals += 1
                 return False
