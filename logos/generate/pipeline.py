@@ -89,9 +89,10 @@ class GenerateResult:
         steps = max(self.stats.steps, 1)
         return (f"{n} samples, {self.written} written ({self.written / max(n, 1):.1%}); "
                 f"{n / max(self.seconds, 1e-9):.1f} samples/s, {self.tokens / max(self.seconds, 1e-9):,.0f} tokens/s; "
-                f"{self.resampled} resampled, {self.redraws} constrained redraws; masks "
-                f"{1000 * self.stats.mask_seconds / steps:.2f} ms/step, checks {1000 * self.stats.check_seconds / steps:.2f}"
-                f" ms/step")
+                f"{self.resampled} resampled ({self.resampled / max(n, 1):.2f} per row asked), {self.redraws} "
+                f"constrained redraws; masks "
+                f"{1000 * self.stats.mask_seconds / steps:.2f} ms/step, row constraints "
+                f"{1e6 * self.stats.check_seconds / max(self.stats.row_steps, 1):.0f} us/row/step")
 
 
 def load_checkpoint(path: Path, device: str = "cpu"):
