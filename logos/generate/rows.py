@@ -277,13 +277,14 @@ class SmilesRow(RowConstraint):
 class CompositionRow(RowConstraint):
     """A crystal row against its prompt's composition (:mod:`logos.generate.composition`), and the crystal it closes:
     the closing tag is accepted only when the sites add up to the composition and the decoded crystal is one every
-    reader accepts (:func:`logos.generate.crystal_check.crystal_problem`)."""
+    reader accepts (:func:`logos.generate.crystal_check.crystal_problem`). With a composition, sites are fully
+    occupied (no ``<Occ>``), so every site uses up atoms and the row ends within :meth:`budget`."""
 
     def __init__(self, table, prompt_text: str):
         from logos.generate.composition import CompositionRows
 
         self.table = table
-        self.close_id = table.id.get("<CrystalE>")
+        self.close_id, self.occ_id = table.id.get("<CrystalE>"), table.id.get("<Occ>")
         self.text = prompt_text
         self.target = CompositionRows._target(prompt_text)
         self.closings_refused = 0
@@ -304,6 +305,8 @@ class CompositionRow(RowConstraint):
     def check(self, token: int, remaining: int = 1 << 30) -> bool:
         from logos.generate.composition import feasible
 
+        if self.target is not None and token == self.occ_id:
+            return False  # partial occupancy cannot add up to a composition of whole atoms
         text = self.text + self.table.text[token]
         final = token == self.close_id
         if self.target is not None and not feasible(self.target, text, final):
