@@ -33,6 +33,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 MARK = "constraints"
+GUIDE = ('Models: `tiny` the shipped checkpoints/tiny-moses; `random` a randomly initialised tiny Llama (hidden 64, 2 layers) with the LOGOS tokenizer, whatever it writes must still end; `100m` a randomly initialised ~100M Llama (hidden 768, 12 layers). `before` is the tree of the git ref given, `after` the working tree. Row constraint: chemistry (molecules), copied sequence (binding-site search), composition and closing check (crystals), timed around every call the sampler makes; the grammar mask is timed separately. Worst step: the largest per-row mean of one step. Resampled per row asked: rows that did not end validly and were drawn again (at most 4 times each).')
 
 # model -> [(task, samples, budget, inputs)]: the shipped model writes molecules; random models test endings
 PLANS = {
@@ -355,7 +356,7 @@ def main() -> None:
                 f"Written by `benchmarks/constraint_bench.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
                 f" ({time.time() - started:.0f} s); batch 16, one torch thread, temperature 1; every measurement in"
                 f" its own process after a one-sample warm-up (grammar compile, imports).\n\n```\n{cmd}\n```\n\n"
-                + "\n".join(lines) +
+                + GUIDE + "\n\n" + "\n".join(lines) +
                 f"\n<!-- /{MARK} -->")
         path = REPO / "BENCHMARKS.md"
         text = path.read_text()
