@@ -42,13 +42,45 @@ def cycle_atoms(atoms) -> set[int]:
 
 
 def perfect_matching(atoms, needing: list[int]) -> bool:
-    """Whether the atoms that need a double bond pair up perfectly over their aromatic bonds (a kekulé structure)."""
+    """Whether the atoms that need a double bond pair up perfectly over their aromatic bonds (a kekulé structure).
+
+    A memoised search that always pairs the atom with the fewest partners left (a few steps for any
+    drug-like ring system); networkx's blossom algorithm when that search branches too much.
+    """
+    need = set(needing)
+    if len(need) % 2:
+        return False
+    partners = {i: frozenset(j for j in atoms[i].aromatic_bonds if j in need and j != i) for i in need}
+    if any(not p for p in partners.values()):
+        return False
+    seen: set[frozenset[int]] = set()
+    steps = [0]
+
+    def match(left: frozenset[int]) -> bool | None:
+        if not left:
+            return True
+        if left in seen:
+            return False
+        steps[0] += 1
+        if steps[0] > 2000:
+            return None  # too many branches: let the blossom algorithm decide
+        i = min(left, key=lambda k: (len(partners[k] & left), k))
+        for j in partners[i] & left:
+            found = match(left - {i, j})
+            if found is None or found:
+                return found
+        seen.add(left)
+        return False
+
+    found = match(frozenset(need))
+    if found is not None:
+        return found
     import networkx as nx
 
     graph = nx.Graph()
-    graph.add_nodes_from(needing)
-    graph.add_edges_from((i, j) for i in needing for j in atoms[i].aromatic_bonds if j in graph and i < j)
-    return 2 * len(nx.max_weight_matching(graph, maxcardinality=True)) == len(needing)
+    graph.add_nodes_from(need)
+    graph.add_edges_from((i, j) for i in need for j in partners[i] if i < j)
+    return 2 * len(nx.max_weight_matching(graph, maxcardinality=True)) == len(need)
 
 
 def unpruned(atoms, anchors: set[int]) -> set[int]:

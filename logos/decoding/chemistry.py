@@ -46,10 +46,26 @@ class SmilesState:
     label_ok: bool = False            # a ring label may come next (right after its atom or another label)
     bond_aromatic: bool = False       # the pending bond was written ':'
     kekule_checked: set[frozenset[int]] = field(default_factory=set)  # final aromatic systems already matched
+    owned: set[int] | None = field(default=None, repr=False, compare=False)  # atoms this state may change in place
+    cycles: frozenset[int] | None = field(default=None, repr=False, compare=False)  # atoms on cycles (None: recompute)
+    empty_branch: bool = False        # a '(' written, no atom in it yet (RDKit refuses '()')
 
     def copy(self) -> "SmilesState":
-        return SmilesState([a.copy() for a in self.atoms], self.current, list(self.branches), dict(self.rings),
-                           self.bond, self.pending, self.label_ok, self.bond_aromatic, set(self.kekule_checked))
+        """A copy that shares the atoms until either side changes one (copy on write: :meth:`_own`), so trying a
+        token on a long molecule costs what the token touches, not the molecule's size."""
+        self.owned = set()
+        return SmilesState(list(self.atoms), self.current, list(self.branches), dict(self.rings), self.bond,
+                           self.pending, self.label_ok, self.bond_aromatic, set(self.kekule_checked), set(),
+                           self.cycles, self.empty_branch)
+
+    def _own(self, i: int) -> _Atom:
+        """Atom ``i``, copied first unless this state already owns it (atoms may be shared with copies)."""
+        if self.owned is None:
+            self.owned = set(range(len(self.atoms)))  # a fresh state owns all its atoms
+        if i not in self.owned:
+            self.atoms[i] = self.atoms[i].copy()
+            self.owned.add(i)
+        return self.atoms[i]
 
     # ------------------------------------------------------------------ characters
     def feed(self, text: str) -> None:
@@ -93,13 +109,13 @@ class SmilesState:
         elif ch.isdigit():
             self._ring(ch)
         elif ch == "(":
-            if self.current is None or self.atoms[self.current].free < 1 or self.bond is not None:
+            if self.current is None or self.atoms[self.current].free < 1 or self.bond is not None or self.empty_branch:
                 raise SmilesError("branch on an atom without a free valence")
             self.branches.append(self.current)
-            self.label_ok = False
+            self.label_ok, self.empty_branch = False, True
         elif ch == ")":
-            if not self.branches or self.bond is not None:
-                raise SmilesError("unbalanced ')'")
+            if not self.branches or self.bond is not None or self.empty_branch:
+                raise SmilesError("unbalanced or empty branch")
             self.current = self.branches.pop()
             self.label_ok = False
         elif ch == ".":
@@ -219,13 +235,17 @@ class SmilesState:
             prev = self.atoms[self.current]
             if prev.free < order or atom.free < order:
                 raise SmilesError("bond exceeds a valence")
+            prev = self._own(self.current)
             aromatic = prev.aromatic and atom.aromatic and (self.bond is None or self.bond_aromatic)
             prev.bond(index, order, aromatic)
             atom.bond(self.current, order, aromatic)
         elif self.bond is not None:
             raise SmilesError("bond without an atom before it")
         self.atoms.append(atom)
+        if self.owned is not None:
+            self.owned.add(index)
         self.current, self.bond, self.bond_aromatic, self.label_ok = index, None, False, True
+        self.empty_branch = False
 
     def _ring(self, label: str) -> None:
         if self.current is None or not self.label_ok:
@@ -235,6 +255,7 @@ class SmilesState:
             order = self.bond if self.bond is not None else 1
             if here.free < order:
                 raise SmilesError("ring opening exceeds a valence")
+            here = self._own(self.current)
             here.used += order  # reserved for the ring bond (its neighbour is added when it closes)
             here.open_rings += 1
             self.rings[label] = (self.current, self.bond, self.bond_aromatic)
@@ -253,10 +274,12 @@ class SmilesState:
                 raise SmilesError("ring closure exceeds an aromatic atom's neighbours")
             aromatic = here.aromatic and far.aromatic and (self.bond is None or self.bond_aromatic) and \
                 (opened is None or opened_aromatic)
+            here, far = self._own(self.current), self._own(other)
             here.bond(other, order, aromatic)
             far.bond(self.current, order - reserved, aromatic)
             far.open_rings -= 1
             here.in_ring = far.in_ring = True
+            self.cycles = None  # a ring closure is the only move that makes a new cycle
         self.bond, self.bond_aromatic = None, False
 
     # ------------------------------------------------------------------ ends
@@ -269,8 +292,10 @@ class SmilesState:
         return any(self.atoms[i].free >= need for i in points) if points else False
 
     def _in_cycles(self) -> set[int]:
-        """Atoms on a closed cycle of the molecule graph."""
-        return cycle_atoms(self.atoms)
+        """Atoms on a closed cycle of the molecule graph (kept until the next ring closure)."""
+        if self.cycles is None:
+            self.cycles = frozenset(cycle_atoms(self.atoms))
+        return self.cycles
 
     def _anchors(self) -> set[int]:
         """Atoms that can still gain a bond: the current atom and branch points with a free valence, ring openers."""
@@ -336,8 +361,9 @@ class SmilesState:
             except SmilesError:
                 return False
             return ended.can_close()
-        if not self.atoms or self.rings or self.bond is not None or self.branches or self.pending:
-            return False
+        if not self.atoms or self.current is None or self.rings or self.bond is not None or self.branches or \
+                self.pending:
+            return False  # (no current atom after atoms: a '.' waiting for the next molecule)
         aromatic = [i for i, a in enumerate(self.atoms) if a.aromatic]
         if aromatic and not set(aromatic) <= self._in_cycles():
             return False

@@ -3,7 +3,7 @@
 The grammar (:mod:`logos.materials.constraint`) knows each space group's Wyckoff letters but cannot
 count: a crystal structure prediction prompt ``<CrystalS>Ca1O3Ti1`` followed by sites of other
 elements, or by too many oxygens, is grammatical and only refused when the sample is written. This
-layer follows every row's text the way :class:`~logos.generate.constraints.ChemistryRows` follows
+layer follows every row's text the way :class:`~logos.decoding.rows.SmilesRow` follows
 molecule spans (same ``check`` / ``advance`` interface, one candidate token at a time):
 
 - an element may start only when the composition still has atoms of it left;
@@ -24,7 +24,7 @@ from logos.science.materials.parse import parse_composition
 from logos.science.materials.wyckoff import LETTERS, MULTIPLICITY
 from logos.util.records import RecordError
 
-__all__ = ["CompositionRows"]
+__all__ = ["CompositionRows", "feasible"]
 
 CLOSE = "<CrystalE>"
 _HEADER = re.compile(r"<CrystalS>([A-Z][A-Za-z0-9.]*)(?=<sg\d+>|$)")
@@ -41,6 +41,37 @@ def _fillable(sg: int, limit: int) -> frozenset[int]:
         if any(total - m in reach for m in set(MULTIPLICITY[sg])):
             reach.add(total)
     return frozenset(reach)
+
+
+def feasible(target: dict[str, int], text: str, final: bool) -> bool:
+    """Whether a crystal row's ``text`` can still end with exactly the composition ``target`` (``final``: it ends here)."""
+    if "<Occ>" in text:
+        return True
+    m = _GROUP.search(text)
+    if m is None:
+        return not final
+    sg = int(m.group(1))
+    body = text[m.end():]
+    left = dict(target)
+    for el, letter in _SITE.findall(body):
+        if el not in left or letter not in LETTERS:
+            return False
+        k = LETTERS.index(letter)
+        if k >= len(MULTIPLICITY[sg]):
+            return False
+        left[el] -= MULTIPLICITY[sg][k]
+        if left[el] < 0:
+            return False
+    if final:
+        return all(v == 0 for v in left.values())
+    fillable = _fillable(sg, max(target.values()))
+    if any(v not in fillable for v in left.values()):
+        return False
+    tail = body.rsplit(">", 1)[-1]
+    partial = _PARTIAL_ELEMENT.search(tail)
+    if partial and not any(el.startswith(partial.group(1)) and v > 0 for el, v in left.items()):
+        return False
+    return True
 
 
 class CompositionRows:
@@ -68,33 +99,7 @@ class CompositionRows:
     def feasible(self, row: int, text: str, final: bool) -> bool:
         """Whether ``text`` (the row's text so far) can still end with exactly the row's composition."""
         target = self.targets[row]
-        if target is None or "<Occ>" in text:
-            return True
-        m = _GROUP.search(text)
-        if m is None:
-            return not final
-        sg = int(m.group(1))
-        body = text[m.end():]
-        left = dict(target)
-        for el, letter in _SITE.findall(body):
-            if el not in left or letter not in LETTERS:
-                return False
-            k = LETTERS.index(letter)
-            if k >= len(MULTIPLICITY[sg]):
-                return False
-            left[el] -= MULTIPLICITY[sg][k]
-            if left[el] < 0:
-                return False
-        if final:
-            return all(v == 0 for v in left.values())
-        fillable = _fillable(sg, max(target.values()))
-        if any(v not in fillable for v in left.values()):
-            return False
-        tail = body.rsplit(">", 1)[-1]
-        partial = _PARTIAL_ELEMENT.search(tail)
-        if partial and not any(el.startswith(partial.group(1)) and v > 0 for el, v in left.items()):
-            return False
-        return True
+        return target is None or feasible(target, text, final)
 
     # the interface the sampler uses for its row constraint
     def check(self, row: int, token: int, closing: bool = False) -> bool:

@@ -1,4 +1,4 @@
-"""Decoding constraints: the grammar (llguidance, one matcher per row) and the chemistry of molecule spans.
+"""Decoding constraints: the grammar (llguidance, one matcher per row) and the token table the row constraints read.
 
 Two layers, combined at every step by the sampler:
 
@@ -8,13 +8,8 @@ Two layers, combined at every step by the sampler:
   compiled once. Masks are built as llguidance bitmasks in numpy, unpacked on the logits' device and
   applied with ``masked_fill`` (llguidance's torch helper is ``torch.compile``d: 17 s on its first
   CPU call).
-- :class:`ChemistryRows` follows every ``<MoleculeS>...<MoleculeE>`` span a row writes with a
-  :class:`~logos.generate.chemistry.SmilesState` and accepts or refuses *one candidate token at a
-  time* (the sampler draws, checks, and redraws without the refused token: exactly sampling from the
-  distribution restricted to accepted tokens, at the cost of one check per draw instead of one per
-  vocabulary entry). The closing tag is accepted only when the span is complete and RDKit sanitizes
-  it (kekulization is the one check a partial string cannot make); a span RDKit refuses marks the
-  row for resampling.
+- the row constraints of :mod:`logos.decoding.rows` (chemistry of molecule spans, a crystal's
+  composition, a copied sequence) accept or refuse one candidate token at a time.
 """
 
 from __future__ import annotations
@@ -24,11 +19,9 @@ import re
 import numpy as np
 import torch
 
-from logos.science.chemistry import CLOSE as MOL_CLOSE, OPEN as MOL_OPEN
-from logos.decoding.chemistry import SmilesError, SmilesState
 from logos.util.records import InputError
 
-__all__ = ["TokenTable", "GrammarRows", "ChemistryRows"]
+__all__ = ["TokenTable", "GrammarRows"]
 
 BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 
@@ -136,91 +129,3 @@ class GrammarRows:
     def accepting(self, row: int) -> bool:
         m = self.matchers[row]
         return m.is_accepting() or m.is_stopped()
-
-
-class ChemistryRows:
-    """The chemistry of every molecule span each row writes (see the module docstring)."""
-
-    def __init__(self, table: TokenTable, rows: int, prompt_tails: list[str]):
-        self.table = table
-        self.open_id, self.close_id = table.id.get(MOL_OPEN), table.id.get(MOL_CLOSE)
-        self.states: list[SmilesState | None] = []
-        self.smiles: list[str] = []
-        for tail in prompt_tails:  # a prompt may end inside a span (``<MoleculeS>`` or ``<MoleculeS>CC(``)
-            state, text = None, ""
-            if MOL_OPEN in tail and MOL_CLOSE not in tail.rsplit(MOL_OPEN, 1)[1]:
-                text = tail.rsplit(MOL_OPEN, 1)[1]
-                state = SmilesState()
-                state.feed(text)
-            self.states.append(state)
-            self.smiles.append(text)
-        self.kekule_failures = [0] * rows
-        self._pending: dict[int, SmilesState] = {}
-        self._plans: dict[int, str | None] = {}  # the row's planned ending at this step (closing mode)
-
-    def closing(self, row: int, remaining: int, slack: int) -> bool:
-        """Whether the row must head for the end: its budget left is what a planned ending needs plus ``slack``.
-
-        From then on only tokens that spell the start of the planned ending are accepted (then the closing tag).
-        """
-        state = self.states[row]
-        if state is None or remaining > state.lower_bound() + slack + 4:
-            return False  # far from the budget: no need to plan an ending
-        if row not in self._plans:
-            self._plans[row] = state.ending(limit=max(remaining - 1, 0))
-        plan = self._plans[row]
-        return plan is None or remaining <= len(plan) + slack
-
-    def check(self, row: int, token: int, closing: bool = False) -> bool:
-        """Whether ``row`` may write ``token`` now (``closing``: the length budget is nearly spent)."""
-        state = self.states[row]
-        if token == self.open_id:
-            return state is None and not closing
-        if state is None:
-            return True
-        if token == self.close_id:
-            return state.can_close() and self._sanitizes(row)
-        text = self.table.text[token]
-        if not text or token in self.table.bytes or self.table.pieces[token] in self.table.specials:
-            return False
-        if closing:  # near the budget: only the start of the planned ending
-            plan = self._plans.get(row)
-            if plan is None:
-                plan = self._plans[row] = state.ending()
-            if not plan or not plan.startswith(text):
-                return False
-        trial = state.copy()
-        try:
-            trial.feed(text)
-        except SmilesError:
-            return False
-        if (trial.rings or any(c in text for c in ")]")) and trial.ending() is None:
-            return False  # lookahead: no way left to end the span validly
-        self._pending[row] = trial
-        return True
-
-    def _sanitizes(self, row: int) -> bool:
-        from rdkit import Chem
-
-        ok = Chem.MolFromSmiles(self.smiles[row]) is not None
-        if not ok:
-            self.kekule_failures[row] += 1
-        return ok
-
-    def advance(self, row: int, token: int) -> None:
-        plan, text = self._plans.pop(row, None), self.table.text[token]
-        if plan and text and plan.startswith(text):  # following the planned ending: the rest still holds
-            self._plans[row] = plan[len(text):]
-        if token == self.open_id and self.states[row] is None:
-            self.states[row], self.smiles[row] = SmilesState(), ""
-        elif token == self.close_id:
-            self.states[row] = None
-        elif self.states[row] is not None:
-            self.states[row] = self._pending.pop(row, None) or self.states[row]
-            self.smiles[row] += self.table.text[token]
-        self._pending.pop(row, None)
-
-    def stuck(self, row: int) -> bool:
-        """A complete span that RDKit refuses (kekulization): only resampling the row helps."""
-        state = self.states[row]
-        return state is not None and state.can_close() and self.kekule_failures[row] > 0

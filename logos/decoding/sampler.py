@@ -1,4 +1,4 @@
-"""The sampling loop: batched, with the model's KV cache, masks on the logits' device and per-row checks.
+"""The sampling loop: batched, with the model's KV cache, masks on the logits' device and per-row constraints.
 
 One step for a batch of B rows: a forward pass over the newest token (the prompt on the first
 step; left padding, explicit position ids), then
@@ -7,29 +7,37 @@ step; left padding, explicit position ids), then
    byte pieces, symbols the task never writes), the grammar (:class:`~logos.generate.constraints.GrammarRows`)
    and, once a row's length budget is nearly spent, everything but its stop token when the grammar
    accepts there;
-2. top-k / top-p filter the rest, and each row draws a token;
-3. each row's draw is checked by the chemistry constraint; a refused token is removed from that
-   row's distribution and the row draws again (rejection sampling of the restricted distribution);
-4. accepted tokens advance the grammar matchers and chemistry states; a row ends at its stop token.
+2. a row whose constraint must now follow its planned ending (:meth:`~logos.decoding.rows.RowConstraint.must_close`)
+   writes that ending's next token; the others are filtered by top-k / top-p and draw;
+3. each draw is checked by the row's constraint (:mod:`logos.decoding.rows`: chemistry, composition,
+   copied sequence); a refused token is removed from that row's distribution and the row draws
+   again (rejection sampling of the restricted distribution). After ``MAX_REDRAWS`` refusals the
+   ``MAX_SCAN`` likeliest allowed tokens are checked and the row draws among those accepted; if
+   none is, it follows its planned ending, and only when there is none it fails (resampled by the
+   caller) - so the work per row and step is bounded;
+4. accepted tokens advance the grammar matchers and row constraints; a row ends at its stop token.
 
 Each row's score is the sum of the model's own log-probabilities (temperature 1, before any mask)
 of the tokens it wrote, the likelihood conditional tasks are ranked by. A row that runs out of
-budget, or whose finished molecule span RDKit refuses, is reported as failed (the caller may
-resample it).
+budget, or whose finished span its constraint refuses, is reported as failed (the caller may
+resample it). :class:`StepStats` records the time in the grammar masks and in the row constraints,
+per step and per row-step.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import torch
 
-from logos.decoding.constraints import ChemistryRows, GrammarRows
+from logos.decoding.constraints import GrammarRows
+from logos.decoding.rows import RowConstraint
 
 __all__ = ["Sampling", "RowResult", "StepStats", "sample_batch"]
 
-MAX_REDRAWS = 64  # per row and step; then the remaining candidates are checked in probability order ...
-MAX_SCAN = 1024   # ... up to this many (grammar-allowed, before top-k/top-p)
+MAX_REDRAWS = 16  # per row and step; then the likeliest candidates are checked ...
+MAX_SCAN = 256    # ... up to this many (grammar-allowed, before top-k/top-p)
 
 
 @dataclass(frozen=True)
@@ -47,22 +55,27 @@ class Sampling:
 class RowResult:
     tokens: list[int] = field(default_factory=list)
     logprob: float = 0.0
-    status: str = "running"   # "done", "budget" (no stop within max_new_tokens), "kekulize" (RDKit refused a span)
+    status: str = "running"   # "done", "budget" (no stop within max_new_tokens), "dead-end", or the constraint's reason
     redraws: int = 0
 
 
 @dataclass
 class StepStats:
-    """Where sampling time goes: steps taken, seconds in the grammar masks and in the chemistry checks."""
+    """Where sampling time goes: steps, row-steps (active rows summed over steps), seconds in the grammar masks and
+    in the row constraints, and the worst step's constraint seconds per active row."""
 
     steps: int = 0
     mask_seconds: float = 0.0
     check_seconds: float = 0.0
+    row_steps: int = 0
+    worst_step_row_seconds: float = 0.0
 
     def add(self, other: "StepStats") -> None:
         self.steps += other.steps
         self.mask_seconds += other.mask_seconds
         self.check_seconds += other.check_seconds
+        self.row_steps += other.row_steps
+        self.worst_step_row_seconds = max(self.worst_step_row_seconds, other.worst_step_row_seconds)
 
 
 def _filter(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -86,11 +99,10 @@ def _draw(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
 @torch.no_grad()
 def sample_batch(model, prompts: list[list[int]], pad_id: int, stop_id: int, banned: torch.Tensor,
                  sampling: Sampling, generator: torch.Generator, grammar: GrammarRows | None = None,
-                 chemistry: ChemistryRows | None = None, stats: StepStats | None = None) -> list[RowResult]:
+                 rows: list[RowConstraint | None] | None = None, stats: StepStats | None = None) -> list[RowResult]:
     """Sample one completion per prompt (token ids, without the prompt)."""
-    import time
-
     stats = stats if stats is not None else StepStats()
+    rows = rows if rows is not None else [None] * len(prompts)
     device = next(model.parameters()).device
     B, width = len(prompts), max(map(len, prompts))
     ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts], device=device)          # [B, T]
@@ -112,31 +124,47 @@ def sample_batch(model, prompts: list[list[int]], pad_id: int, stop_id: int, ban
             t = time.perf_counter()
             logits = logits.masked_fill(~grammar.mask(active), float("-inf"))
             stats.mask_seconds += time.perf_counter() - t
+        remaining = sampling.max_new_tokens - step
+        t_step = time.perf_counter()
+        forced: dict[int, int] = {}
+        for i, row in enumerate(rows):  # rows that must follow their planned ending now
+            if row is not None and active[i] and row.must_close(remaining):
+                plan = row.ending(remaining)
+                if plan and torch.isfinite(logits[i, plan[0]]) and row.check(plan[0], remaining):
+                    forced[i] = plan[0]
+        spent = time.perf_counter() - t_step
         closing = step >= sampling.max_new_tokens - sampling.closing_slack
-        if closing:  # close wherever the grammar and chemistry allow it now
+        if closing:  # close wherever the grammar and the row constraint allow it now
             for i, r in enumerate(results):
-                if not active[i] or not torch.isfinite(logits[i, stop_id]):
+                if not active[i] or i in forced or not torch.isfinite(logits[i, stop_id]):
                     continue
-                if chemistry is None or chemistry.check(i, stop_id):
-                    logits[i] = torch.where(torch.arange(logits.shape[1], device=device) == stop_id, logits[i],
-                                            torch.full_like(logits[i], float("-inf")))
-                elif chemistry.stuck(i):
-                    r.status, active[i] = "kekulize", False  # complete, but RDKit refuses it: resample
-        allowed = logits  # grammar-masked, before top-k/top-p: the fallback when chemistry refuses all of those
+                t = time.perf_counter()
+                ok = rows[i] is None or rows[i].check(stop_id, remaining)
+                spent += time.perf_counter() - t
+                if ok:
+                    forced[i] = stop_id
+        allowed = logits  # grammar-masked, before top-k/top-p: where a row looks when its draws are refused
         logits = _filter(logits, sampling.top_k, sampling.top_p)
         chosen = _draw(logits, generator)
         logp = torch.log_softmax(raw, dim=-1)
-        t = time.perf_counter()
+        n_active = 0
         for i, r in enumerate(results):
             if not active[i]:
                 chosen[i] = stop_id
                 continue
-            token = int(chosen[i])
-            if chemistry is not None:
-                row_closing = closing or chemistry.closing(i, sampling.max_new_tokens - step, sampling.closing_slack)
-                token = _accepted(i, token, logits[i], allowed[i], chemistry, generator, r, row_closing, stop_id)
+            n_active += 1
+            token = forced.get(i, int(chosen[i]))
+            row = rows[i]
+            if row is not None and i not in forced:
+                t = time.perf_counter()
+                token = _accepted(token, logits[i], allowed[i], row, remaining, generator, r)
+                if token is None:  # nothing likely enough is accepted: the planned ending, if it has one
+                    plan = row.ending(remaining)
+                    ok = plan and torch.isfinite(allowed[i, plan[0]]) and row.check(plan[0], remaining)
+                    token = plan[0] if ok else None
+                spent += time.perf_counter() - t
             if token is None:
-                r.status = "kekulize" if chemistry is not None and chemistry.stuck(i) else "dead-end"
+                r.status = (row.failure if row is not None and row.failure else "dead-end")
                 chosen[i] = stop_id
                 continue
             chosen[i] = token
@@ -144,11 +172,16 @@ def sample_batch(model, prompts: list[list[int]], pad_id: int, stop_id: int, ban
             r.logprob += float(logp[i, token])
             if grammar is not None:
                 grammar.advance(i, token)
-            if chemistry is not None:
-                chemistry.advance(i, token)
+            if row is not None:
+                t = time.perf_counter()
+                row.advance(token)
+                spent += time.perf_counter() - t
             if token == stop_id:
                 r.status = "done"
-        stats.check_seconds += time.perf_counter() - t
+        stats.check_seconds += spent
+        stats.row_steps += n_active
+        if n_active:
+            stats.worst_step_row_seconds = max(stats.worst_step_row_seconds, spent / n_active)
         if all(r.status != "running" for r in results):
             break
         ids = chosen.to(device)[:, None]
@@ -167,15 +200,15 @@ def _cache_argument(model) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-def _accepted(row: int, token: int, logits: torch.Tensor, allowed: torch.Tensor, chemistry: ChemistryRows,
-              generator: torch.Generator, result: RowResult, closing: bool, stop_id: int) -> int | None:
-    """The row's draw if chemistry accepts it, else redraws without the refused tokens (None: nothing left).
+def _accepted(token: int, logits: torch.Tensor, allowed: torch.Tensor, row: RowConstraint, remaining: int,
+              generator: torch.Generator, result: RowResult) -> int | None:
+    """The row's draw if its constraint accepts it, else a redraw without the refused tokens (None: nothing found).
 
-    Redraws come from the top-k/top-p set first; when chemistry refuses all of it, the likeliest
-    grammar-allowed tokens outside it are tried in order (up to ``MAX_SCAN``), so a row only dead-ends
-    when nothing likely enough continues the molecule.
+    Redraws come from the top-k/top-p set; after ``MAX_REDRAWS`` refusals the likeliest grammar-allowed
+    tokens (up to ``MAX_SCAN``) are checked and the row draws among those accepted, in proportion to
+    their probabilities: the restricted distribution over that head, with a bounded number of checks.
     """
-    if chemistry.check(row, token, closing):
+    if row.check(token, remaining):
         return token
     logits = logits.clone()
     refused = {token}
@@ -184,17 +217,16 @@ def _accepted(row: int, token: int, logits: torch.Tensor, allowed: torch.Tensor,
         result.redraws += 1
         if not torch.isfinite(logits).any():
             break
-        if token == stop_id and chemistry.stuck(row):
-            return None  # a finished span RDKit refuses: resample the row
-        token = int(torch.multinomial(torch.softmax(logits, -1).cpu(), 1, generator=generator))
-        if chemistry.check(row, token, closing):
+        token = int(torch.multinomial(torch.softmax(logits, -1), 1, generator=generator))
+        if row.check(token, remaining):
             return token
         refused.add(token)
-    if token == stop_id and chemistry.stuck(row):
+    finite = int(torch.isfinite(allowed).sum())
+    if not finite:
         return None
-    for token in torch.argsort(allowed, descending=True)[:MAX_SCAN].tolist():  # then the likeliest, in order
-        if not torch.isfinite(allowed[token]):
-            return None
-        if token not in refused and chemistry.check(row, token, closing):
-            return token
-    return None  # a dead end (or nothing likely enough): the caller resamples the row
+    top = torch.topk(allowed, min(MAX_SCAN, finite))
+    ok = [k for k, tok in enumerate(top.indices.tolist()) if tok not in refused and row.check(tok, remaining)]
+    if not ok:
+        return None
+    weights = torch.softmax(top.values[ok], -1)
+    return int(top.indices[ok][int(torch.multinomial(weights, 1, generator=generator))])

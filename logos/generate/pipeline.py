@@ -90,9 +90,10 @@ class GenerateResult:
         steps = max(self.stats.steps, 1)
         return (f"{n} samples, {self.written} written ({self.written / max(n, 1):.1%}); "
                 f"{n / max(self.seconds, 1e-9):.1f} samples/s, {self.tokens / max(self.seconds, 1e-9):,.0f} tokens/s; "
-                f"{self.resampled} resampled, {self.redraws} constrained redraws; masks "
-                f"{1000 * self.stats.mask_seconds / steps:.2f} ms/step, checks {1000 * self.stats.check_seconds / steps:.2f}"
-                f" ms/step")
+                f"{self.resampled} resampled ({self.resampled / max(n, 1):.2f} per row asked), {self.redraws} "
+                f"constrained redraws; masks "
+                f"{1000 * self.stats.mask_seconds / steps:.2f} ms/step, row constraints "
+                f"{1e6 * self.stats.check_seconds / max(self.stats.row_steps, 1):.0f} us/row/step")
 
 
 def load_checkpoint(path: Path, device: str = "cpu"):
@@ -160,17 +161,19 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
         while queue:
             chunk, queue = queue[: options.batch_size], queue[options.batch_size:]
             ids = [[doc_start] + tok(p.text, add_special_tokens=False)["input_ids"] for p, _ in chunk]
-            row_budget = sampling if task.row_budget is None else Sampling(
-                sampling.temperature, sampling.top_k, sampling.top_p,
-                task.row_budget([p.text for p, _ in chunk], budget), sampling.closing_slack)
-            grammar = chemistry = None
+            texts = [p.text for p, _ in chunk]
+            rows = task.rows(table, texts) if task.rows is not None else [None] * len(chunk)
+            chunk_budget = budget if task.row_budget is None else task.row_budget(texts, budget)
+            grammar = None
             if options.constrained:
                 grammar = GrammarRows(tok, vocab_rows, [task_grammar(task.start, task.rules + "\n" + p.rules)
                                                          for p, _ in chunk], [x[1:] for x in ids], stop_id, model.device)
-                if task.rows is not None:  # chemistry of molecule spans; a crystal's composition
-                    chemistry = task.rows(table, [p.text for p, _ in chunk])
-            results = sample_batch(model, ids, pad_id, stop_id, banned, row_budget, generator, grammar, chemistry,
-                                   stats)
+                if not options.sampling.max_new_tokens:  # the task's default: what the rows' inputs need
+                    chunk_budget = max(row.budget(chunk_budget) if row is not None else chunk_budget for row in rows)
+            row_budget = Sampling(sampling.temperature, sampling.top_k, sampling.top_p, chunk_budget,
+                                  sampling.closing_slack)
+            results = sample_batch(model, ids, pad_id, stop_id, banned, row_budget, generator, grammar,
+                                   rows if options.constrained else None, stats)
             for (prompt, attempt), r in zip(chunk, results):
                 tokens += len(r.tokens)
                 redraws += r.redraws

@@ -53,16 +53,23 @@ def _prompts(name: str, *args):
     return build
 
 
-def _chemistry_rows(table, texts: list[str]):
-    from logos.decoding.constraints import ChemistryRows
+def _chemistry_rows(table, texts: list[str]):  # valences, rings, aromaticity of every molecule span
+    from logos.decoding.rows import SmilesRow, SmilesVocab
 
-    return ChemistryRows(table, len(texts), texts)
+    vocab = SmilesVocab.of(table)
+    return [SmilesRow(vocab, t) for t in texts]
 
 
 def _composition_rows(table, texts: list[str]):  # the sites must add up to the prompt's composition
-    from logos.decoding.composition import CompositionRows
+    from logos.decoding.rows import CompositionRow
 
-    return CompositionRows(table, texts)
+    return [CompositionRow(table, t) for t in texts]
+
+
+def _copy_rows(table, texts: list[str]):  # the input sequence copied exactly, pocket marks kept closable
+    from logos.decoding.rows import CopyRow
+
+    return [CopyRow(table, t) for t in texts]
 
 
 def _reaction_answer(side: str):
@@ -115,7 +122,8 @@ class Task:
     prompts: Callable | None = None
     """``(task, inputs, n, errors) -> [(Prompt, samples)]``."""
     rows: Callable | None = None
-    """``(token table, prompt texts) -> row constraint``: chemistry of molecule spans, a crystal's composition."""
+    """``(token table, prompt texts) -> [row constraint]`` (:mod:`logos.decoding.rows`), one per prompt: chemistry
+    of molecule spans, a crystal's composition, a copied sequence."""
     answer: Callable[[str], str | None] | None = None
     """The canonical answer of a sample's text; samples with equal answers merge when ranked (reactions)."""
     row_budget: Callable[[list[str], int], int] | None = None
@@ -171,7 +179,7 @@ TASKS: dict[str, Task] = {t.name: t for t in (
          prompts=_prompts("head_prompts", "<AntibodyS>")),
     Task("pocket", "binding sites of proteins (site search)", "task_pocket", "eos", _CHAINS, conditional=True,
          budget=0,  # rules: per request (the copied sequence)
-         prompts=_prompts("chain_prompts", "search"), row_budget=_copy_budget, unmarked_ok=True, extra_output=_marked_fasta,
+         prompts=_prompts("chain_prompts", "search"), rows=_copy_rows, row_budget=_copy_budget, unmarked_ok=True, extra_output=_marked_fasta,
          pairs=_pairs("split_pairs"), marker="<Search>", evaluate=True),
     Task("ligand", "ligands for marked pockets", "task_ligand", "<MoleculeE>", _MOL, conditional=True, budget=96,
          rules="task_ligand: chains molecule", prompts=_prompts("chain_prompts", "marked"), rows=_chemistry_rows,

@@ -1,0 +1,111 @@
+"""The shortest way to end a SMILES being written: a small best-first search over closing characters.
+
+A row near its length budget must still be able to close its molecule span validly. :func:`plan_ending`
+finds a short suffix that does: close a bracket atom, close open rings, close branches, and add
+atoms where rings, bonds or aromatic systems need them - aromatic ones (``c``) as well as aliphatic
+(``C``), so a half-written benzene ring (``Cc1cc``) ends as ``cc1`` + ring closures rather than not
+at all. Each candidate move is applied to a copy-on-write copy of the state with the same checks
+the decoder applies to a token (valence, rings, aromatic atoms that can still end in a ring,
+finished aromatic systems that kekulize), and the goal is :meth:`SmilesState.can_close`. The
+search is bounded (``max_nodes``), so a plan costs at most a few milliseconds; None means no
+ending was found within the bounds (the caller resamples the row).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from logos.decoding.chemistry import SmilesError, SmilesState
+
+__all__ = ["plan_ending"]
+
+_ATOMS = ("c", "C", "n", "N", "O")
+_ALIPHATIC_FIRST = ("C", "c", "N", "n", "O")
+
+
+def _moves(state: SmilesState) -> list[str]:
+    if state.pending.startswith("["):
+        return ["]", "H]"]
+    if state.pending.startswith("%"):
+        return list("0123456789")
+    if state.pending == "<":
+        return ["-"]
+    moves = list(state.rings)  # single digits, or "%nn"
+    if state.branches and state.bond is None:
+        moves.append(")")
+    aromatic = state.current is not None and state.atoms[state.current].aromatic
+    moves.extend(_ATOMS if aromatic else _ALIPHATIC_FIRST)
+    return moves
+
+
+def _apply(state: SmilesState, move: str) -> SmilesState | None:
+    trial = state.copy()
+    try:
+        for ch in move:
+            trial._char(ch)
+        trial.flush()
+        if not trial.completable() or not trial.aromatic_atoms_can_close() or not trial.final_systems_kekulize():
+            return None
+    except SmilesError:
+        return None
+    return trial
+
+
+def _greedy(start: SmilesState, limit: int, max_nodes: int) -> str | None:
+    """Depth first, moves in order (ring closures, branch ends, then atoms): finds a short ending in a few moves."""
+    stack = [("", start, iter(_moves(start)))]
+    nodes = 0
+    while stack and nodes < max_nodes:
+        path, s, moves = stack[-1]
+        move = next(moves, None)
+        if move is None:
+            stack.pop()
+            continue
+        nxt = _apply(s, move)
+        nodes += 1
+        if nxt is None:
+            continue
+        new = path + move
+        if nxt.can_close():
+            return new
+        if len(new) + nxt.lower_bound() < limit:
+            stack.append((new, nxt, iter(_moves(nxt))))
+    return None
+
+
+def plan_ending(state: SmilesState, limit: int = 48, max_nodes: int = 400, quick: int = 40) -> str | None:
+    """A short suffix after which the span may close (``""``: it may close now), or None within the bounds.
+
+    A depth-first try of ``quick`` moves first (the common case: close the ring, the branch); then a best-first
+    search of up to ``max_nodes`` states for the shortest ending.
+    """
+    start = state.copy()
+    try:
+        start.flush()
+    except SmilesError:
+        return None
+    if start.can_close():
+        return ""
+    if start.lower_bound() > limit:
+        return None
+    found = _greedy(start, min(limit, start.lower_bound() + 8), quick) if quick else None
+    if found is not None or max_nodes <= quick:
+        return found
+    heap = [(start.lower_bound(), 0, 0, "", start)]
+    count, seen = 1, {""}
+    while heap and count < max_nodes:
+        *_, path, s = heapq.heappop(heap)
+        for rank, move in enumerate(_moves(s)):
+            nxt = _apply(s, move)
+            if nxt is None:
+                continue
+            new = path + move
+            if nxt.can_close():
+                return new
+            if len(new) + nxt.lower_bound() > limit or new in seen:
+                continue
+            seen.add(new)
+            count += 1
+            # fewest characters first; among equals the longer path, then the earlier move (ring closures first)
+            heapq.heappush(heap, (len(new) + nxt.lower_bound(), -len(new), count * 16 + rank, new, nxt))
+    return None

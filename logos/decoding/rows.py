@@ -1,0 +1,376 @@
+"""Row constraints: one object per sampled row, advanced by the token ids it accepts, shared by every engine.
+
+A context-free grammar cannot see ring closures, valences, a composition or a copied sequence; a
+*row constraint* can. Each is a small object holding one row's state (what its text implies so far),
+with the interface both sampling engines call - the built-in loop (:mod:`logos.decoding.sampler`)
+and a vLLM logits processor (one object per request):
+
+``check(token, remaining) -> bool``
+    Whether the row may write ``token`` now with ``remaining`` tokens of budget left (this token
+    included). Exact: the chemistry (valence, rings, aromatic atoms, kekulé structure of finished
+    aromatic systems; the closing tag only when RDKit sanitizes the span), the composition, the
+    budget. Cheap (tens of microseconds): the state is copied on write.
+``banned(candidates, remaining) -> list[int]``
+    The candidates ``check`` refuses (a logits processor bans them; the built-in loop draws,
+    checks and redraws, which samples exactly the model's distribution restricted to accepted
+    tokens).
+``must_close(remaining) -> bool`` and ``ending(remaining) -> list[int] | None``
+    Whether the row must now follow its planned ending, and that ending as token ids (closing tag
+    included). Near the budget every accepted token keeps a planned ending within it, so a row that
+    follows it always ends.
+``advance(token)``, ``fork()``, ``failure``, ``budget(default)``
+    Accept a token; an independent copy (beam search, speculative steps); why the row cannot end
+    validly (None while it can: the engine resamples the row); the length budget the row needs.
+
+Each task of :mod:`logos.tasks` names its row constraint: :class:`SmilesRow` for tasks that write molecule
+spans, :class:`CompositionRow` for crystals from a composition, :class:`CopyRow` for binding-site search
+(the output spells the input; pocket marks are budgeted so the copy always ends).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from logos.science.chemistry import CLOSE as MOL_CLOSE, OPEN as MOL_OPEN
+from logos.decoding.chemistry import SmilesError, SmilesState
+from logos.decoding.ending import plan_ending
+
+__all__ = ["RowConstraint", "SmilesRow", "CompositionRow", "CopyRow", "SmilesVocab"]
+
+WINDOW = 8       # within this many tokens of what an ending needs at least, every token must keep a planned ending
+MARGIN = 2       # follow the planned ending when the budget left is its length plus this
+PLANS_PER_STEP = 12  # planner calls one row may make per step (checks beyond it refuse risky tokens)
+CAREFUL = 2      # refusals after which a row's aromatic tokens are also checked with a planned ending
+_RISKY = frozenset("[%<>~$*/\\.:")  # characters after which the state machine alone may not see a dead end
+_SMILES_CHARS = re.compile(r"[A-Za-z0-9()\[\]=#$:/\\.@+\-%*~<>]+")
+
+
+class RowConstraint:
+    """One row's domain constraint (see the module docstring); the base class allows everything."""
+
+    failure: str | None = None
+
+    def check(self, token: int, remaining: int) -> bool:
+        return True
+
+    def banned(self, candidates, remaining: int) -> list[int]:
+        return [t for t in candidates if not self.check(int(t), remaining)]
+
+    def advance(self, token: int) -> None:
+        pass
+
+    def must_close(self, remaining: int) -> bool:
+        return False
+
+    def ending(self, remaining: int) -> list[int] | None:
+        return None
+
+    def budget(self, default: int) -> int:
+        return default
+
+    def fork(self) -> "RowConstraint":
+        raise NotImplementedError
+
+
+class SmilesVocab:
+    """The tokenizer's pieces as SMILES text, classified once: which may appear inside a molecule span, and the
+    longest-match spelling of a planned ending as token ids."""
+
+    def __init__(self, table):
+        self.table = table
+        self.text = table.text
+        self.open_id, self.close_id = table.id.get(MOL_OPEN), table.id.get(MOL_CLOSE)
+        bad = set(table.bytes) | {i for p, i in table.id.items()}
+        self.smiles = [bool(t) and i not in bad and _SMILES_CHARS.fullmatch(t) is not None
+                       for i, t in enumerate(table.text)]
+        self.piece: dict[str, int] = {}
+        for i, t in enumerate(table.text):
+            if self.smiles[i] and len(t) <= 8 and t not in self.piece:
+                self.piece[t] = i
+        self.longest = max(map(len, self.piece), default=1)
+        self.plans: dict[tuple[str, bool], tuple[list[int] | None, int]] = {}  # span text -> planned ending
+
+    def spell(self, text: str) -> list[int] | None:
+        """Token ids spelling ``text`` (longest match first), None if some character has no piece."""
+        out, i = [], 0
+        while i < len(text):
+            for n in range(min(self.longest, len(text) - i), 0, -1):
+                tid = self.piece.get(text[i:i + n])
+                if tid is not None:
+                    out.append(tid)
+                    i += n
+                    break
+            else:
+                return None
+        return out
+
+    @staticmethod
+    def of(table) -> "SmilesVocab":
+        vocab = getattr(table, "_smiles_vocab", None)
+        if vocab is None:
+            vocab = table._smiles_vocab = SmilesVocab(table)
+        return vocab
+
+
+@functools.lru_cache(maxsize=65536)
+def _sanitizes(smiles: str) -> bool:
+    from rdkit import Chem, rdBase
+
+    with rdBase.BlockLogs():
+        return Chem.MolFromSmiles(smiles) is not None
+
+
+class SmilesRow(RowConstraint):
+    """The chemistry of every ``<MoleculeS>...<MoleculeE>`` span a row writes (molecules, reactions, ligands, linkers).
+
+    The state (:class:`~logos.decoding.chemistry.SmilesState`) follows the span character by character;
+    a candidate token is applied to a copy-on-write copy, so a check costs what the token touches. Within
+    ``WINDOW`` tokens of the least an ending needs, a token is accepted only if a planned ending
+    (:func:`~logos.decoding.ending.plan_ending`) still fits in the budget after it.
+    """
+
+    def __init__(self, vocab: SmilesVocab, prompt_tail: str = ""):
+        self.vocab = vocab
+        self.state: SmilesState | None = None
+        self.smiles = ""
+        if MOL_OPEN in prompt_tail and MOL_CLOSE not in prompt_tail.rsplit(MOL_OPEN, 1)[1]:
+            self.smiles = prompt_tail.rsplit(MOL_OPEN, 1)[1]  # a prompt may end inside a span
+            self.state = SmilesState()
+            self.state.feed(self.smiles)
+        self._trial: tuple | None = None
+        self._plan: list[int] | None = None   # token ids of the planned ending for the current state
+        self._planned = False
+        self._plan_calls = self._refusals = 0
+
+    def fork(self) -> "SmilesRow":
+        new = SmilesRow.__new__(SmilesRow)
+        new.vocab, new.smiles, new.failure = self.vocab, self.smiles, self.failure
+        new.state = self.state.copy() if self.state is not None else None
+        new._trial, new._plan, new._planned, new._plan_calls = None, self._plan, self._planned, 0
+        new._refusals = self._refusals
+        return new
+
+    # ---------------------------------------------------------------- planning
+    def _plan_tokens(self, state: SmilesState, remaining: int, quick: bool = False, text: str | None = None
+                     ) -> list[int] | None:
+        """Token ids of a planned ending of ``state`` (whose span text is ``text``) within ``remaining`` tokens.
+
+        Plans are shared by all rows through the vocabulary's cache, keyed by the span text (which determines
+        the state): a plan found fits any larger budget, a failure any smaller one.
+        """
+        limit = max(remaining - 1, 0)
+        cache = self.vocab.plans
+        key = (text, quick) if text is not None else None
+        if key is not None and key in cache:
+            plan, tried = cache[key]
+            if plan is not None and len(plan) <= remaining:
+                return plan
+            if plan is None and tried >= limit:
+                return None
+        found = plan_ending(state, limit=limit, max_nodes=100 if quick else 200, quick=40)
+        ids = self.vocab.spell(found) if found is not None else None
+        plan = None if ids is None else ids + [self.vocab.close_id]
+        if key is not None:
+            if len(cache) > 200_000:
+                cache.clear()
+            cache[key] = (plan, limit)
+        return plan
+
+    def _risky(self, trial: SmilesState, text: str) -> bool:
+        """Whether the state machine's own checks may miss a dead end after ``text``: a half-written bracket atom or
+        label, an unusual bond or label character (rare in real molecules, frequent from a weak model); and, once
+        the row has had ``CAREFUL`` draws refused, an aromatic system still being written - the state machine checks
+        the kekulé structure of finished systems only, and a model that wanders writes systems no ending completes."""
+        if trial.pending not in ("", "C", "B") or not _RISKY.isdisjoint(text):
+            return True
+        if self._refusals < CAREFUL:
+            return False  # a row whose draws are accepted: the state machine's checks suffice
+        anchors = [i for i in (trial.current, *trial.branches) if i is not None]
+        anchors += [atom for atom, *_ in trial.rings.values()]
+        if any(trial.atoms[i].aromatic for i in anchors):
+            return True
+        lonely = [i for i, a in enumerate(trial.atoms) if a.aromatic and not a.in_ring]
+        return bool(lonely) and not set(lonely) <= trial._in_cycles()
+
+    def ending(self, remaining: int) -> list[int] | None:
+        if self.state is None:
+            return None
+        if not self._planned:
+            self._plan, self._planned = self._plan_tokens(self.state, remaining, text=self.smiles), True
+        return self._plan
+
+    def must_close(self, remaining: int) -> bool:
+        state = self.state
+        if state is None or remaining > state.lower_bound() + WINDOW:
+            return False
+        plan = self.ending(remaining)
+        return plan is not None and len(plan) + MARGIN >= remaining
+
+    # ---------------------------------------------------------------- the interface
+    def check(self, token: int, remaining: int = 1 << 30) -> bool:
+        vocab, state = self.vocab, self.state
+        if token == vocab.open_id:
+            return state is None and remaining >= 4
+        if state is None:
+            return True
+        if token == vocab.close_id:
+            if not state.can_close():
+                return False
+            if not _sanitizes(self.smiles):
+                self.failure = "kekulize"  # complete, but RDKit refuses it: only resampling helps
+                return False
+            return True
+        if not vocab.smiles[token]:
+            return False
+        trial = state.copy()
+        try:
+            trial.feed(vocab.text[token])
+        except SmilesError:
+            self._refusals += 1
+            return False
+        need = trial.lower_bound() + 1  # at least the closing tag
+        if need > remaining - 1:
+            return False
+        near = remaining - 1 <= need + WINDOW  # near the budget: a planned ending must fit after this token
+        if near or self._risky(trial, vocab.text[token]):  # or the token may lead where no ending is left
+            if self._plan_calls >= PLANS_PER_STEP:
+                return False
+            self._plan_calls += 1
+            plan = self._plan_tokens(trial, remaining - 1, quick=not near, text=self.smiles + vocab.text[token])
+            if plan is None or len(plan) > remaining - 1:
+                self._refusals += 1
+                return False
+            if not near or not _RISKY.isdisjoint(vocab.text[token]):  # RDKit must accept the planned molecule
+                ending = "".join(vocab.text[t] for t in plan[:-1])
+                if not _sanitizes(self.smiles + vocab.text[token] + ending):
+                    return False
+            self._trial = (token, trial, plan if near else None)
+            return True
+        self._trial = (token, trial, None)
+        return True
+
+    def advance(self, token: int) -> None:
+        vocab = self.vocab
+        trial, self._trial, self._plan_calls = self._trial, None, 0
+        plan = self._plan if self._planned else None
+        self._plan, self._planned = None, False
+        if token == vocab.open_id and self.state is None:
+            self.state, self.smiles = SmilesState(), ""
+            return
+        if token == vocab.close_id:
+            self.state, self.smiles = None, ""
+            return
+        if self.state is None:
+            return
+        if trial is not None and trial[0] == token:
+            self.state = trial[1]
+            if trial[2] is not None:
+                self._plan, self._planned = trial[2], True
+        else:
+            self.state.feed(vocab.text[token])
+        if plan and plan[0] == token and not self._planned:  # following the planned ending: the rest still holds
+            self._plan, self._planned = plan[1:], True
+        self.smiles += vocab.text[token]
+
+
+class CompositionRow(RowConstraint):
+    """A crystal row against its prompt's composition (:mod:`logos.decoding.composition`), and the crystal it closes:
+    the closing tag is accepted only when the sites add up to the composition and the decoded crystal is one every
+    reader accepts (:func:`logos.decoding.crystal_check.crystal_problem`). With a composition, sites are fully
+    occupied (no ``<Occ>``), so every site uses up atoms and the row ends within :meth:`budget`."""
+
+    def __init__(self, table, prompt_text: str):
+        from logos.decoding.composition import CompositionRows
+
+        self.table = table
+        self.close_id, self.occ_id = table.id.get("<CrystalE>"), table.id.get("<Occ>")
+        self.text = prompt_text
+        self.target = CompositionRows._target(prompt_text)
+        self.closings_refused = 0
+
+    def fork(self) -> "CompositionRow":
+        new = CompositionRow.__new__(CompositionRow)
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def budget(self, default: int) -> int:
+        """Tokens a crystal of the prompt's composition can need: the lattice and one site per atom at most, each
+        with three coordinates (digits are single tokens at worst), whatever the space group."""
+        if self.target is None:
+            return default
+        atoms = sum(self.target.values())
+        return 64 + 32 * atoms
+
+    def check(self, token: int, remaining: int = 1 << 30) -> bool:
+        from logos.decoding.composition import feasible
+
+        if self.target is not None and token == self.occ_id:
+            return False  # partial occupancy cannot add up to a composition of whole atoms
+        text = self.text + self.table.text[token]
+        final = token == self.close_id
+        if self.target is not None and not feasible(self.target, text, final):
+            return False
+        if final:
+            from logos.decoding.crystal_check import crystal_problem
+
+            problem = crystal_problem(self.text + "<CrystalE>")
+            if problem is not None:
+                self.closings_refused += 1
+                self.failure = f"crystal: {problem}"
+                return False
+        return True
+
+    def advance(self, token: int) -> None:
+        self.text += self.table.text[token]
+
+
+class CopyRow(RowConstraint):
+    """Binding-site search: the output spells the input chains (the grammar sees to that) with pocket marks; a mark
+    is accepted only while the rest - closing the open pocket, copying the remaining residues one token each, the
+    closing tags and the end of sequence - still fits in the budget."""
+
+    TAGS = {"<ProteinS>": "open", "<AntibodyS>": "open", "<ProteinE>": "close", "<AntibodyE>": "close",
+            "<PocketS>": "pocket", "<PocketE>": "unpocket"}
+
+    def __init__(self, table, prompt_text: str):
+        self.table = table
+        inputs = prompt_text.split("<Search>")[0]
+        chains = re.findall(r"<(?:Protein|Antibody)S>(.*?)<(?:Protein|Antibody)E>", inputs)
+        self.residues = sum(len(re.sub(r"<[^>]+>", "", c)) for c in chains)
+        self.chains = len(chains)
+        self.kind = {i: self.TAGS[p] for p, i in table.id.items() if p in self.TAGS}
+        self.written = self.opened = self.closed = 0
+        self.in_pocket = False
+
+    def fork(self) -> "CopyRow":
+        new = CopyRow.__new__(CopyRow)
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def need(self) -> int:
+        """Tokens still needed to end: the open pocket's closing mark, residues, chain tags, end of sequence."""
+        return (self.residues - self.written) + self.in_pocket + (self.chains - self.opened) + \
+            (self.chains - self.closed) + 1
+
+    def budget(self, default: int) -> int:
+        return max(default, self.need() + 16)
+
+    def check(self, token: int, remaining: int = 1 << 30) -> bool:
+        if self.kind.get(token) == "pocket":  # writes <PocketS> now and needs <PocketE> later
+            return self.need() + 1 <= remaining - 1
+        return True
+
+    def advance(self, token: int) -> None:
+        kind = self.kind.get(token)
+        if kind == "open":
+            self.opened += 1
+        elif kind == "close":
+            self.closed += 1
+        elif kind == "pocket":
+            self.in_pocket = True
+        elif kind == "unpocket":
+            self.in_pocket = False
+        else:
+            self.written += sum(ch.isalpha() for ch in self.table.text[token])
+
