@@ -13,6 +13,7 @@ from pathlib import Path
 
 from logos.records import InputError
 from logos.resources import DEFAULT_CHECKPOINT, DEFAULT_TOKENIZER, resolve
+from logos.serve import add_engine_arguments, add_serve_parser
 
 EXIT_OK, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
 
@@ -231,9 +232,19 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     options = GenerateOptions(task=args.task, n=args.n, batch_size=args.batch_size, sampling=sampling, seed=args.seed,
                               constrained=not args.unconstrained, device=_device(args.device), resamples=args.resamples,
                               writer=_writer_options(args))
-    result = generate(resolve(args.checkpoint), Path(args.output), options,
-                      inputs=Path(args.input) if args.input else None, progress=False if args.quiet else None)
+    if args.engine == "vllm":  # vLLM (logos.generate.vllm_engine): same tasks, files and guarantees
+        from logos.generate.vllm_engine import engine_summary, generate_vllm
+        from logos.serve import engine_options
+
+        result = generate_vllm(resolve(args.checkpoint), Path(args.output), options,
+                               inputs=Path(args.input) if args.input else None, progress=not args.quiet,
+                               engine=engine_options(args))
+    else:
+        result = generate(resolve(args.checkpoint), Path(args.output), options,
+                          inputs=Path(args.input) if args.input else None, progress=False if args.quiet else None)
     line = f"generate: {result.summary()} -> {args.output}"
+    if args.engine == "vllm":
+        line += "; " + engine_summary(result)
     if args.task == "molecule":
         line += "; " + molecule_summary(result, Path(args.reference) if args.reference else None)
     if result.exit_code:
@@ -454,7 +465,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sample without the grammar and chemistry constraints (the task mask and budget stay)")
     p.add_argument("--3d", dest="three_d", action="store_true", help="SDF: embed a 3D conformer")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    add_engine_arguments(p)  # --engine vllm and vLLM's scale-out options (logos.serve)
     p.set_defaults(func=_cmd_generate)
+    add_serve_parser(sub, DEFAULT_CHECKPOINT)  # logos serve (logos.serve)
 
     p = sub.add_parser("evaluate", help="the field's own metrics of predictions from any generator -> metrics.json, "
                                         "report.md, PNG figures")

@@ -15,6 +15,11 @@ shipped grammar and task rules, plus one rule ``task_continue`` for what may fol
 | ``crystal`` | ``<CrystalS>`` [composition] [``<sgN>``] | the body (of group N when given) and ``<CrystalE>`` |
 | ``mof`` | ``<MetalS>`` [a node] | the node (or its optional rest), ``<MetalE>``, linker spans, ``<MaterialE>`` |
 
+A crystal prompt whose composition has whole counts (``Cl4Na4``) is continued with fully occupied
+sites only: the composition constraint counts every site's multiplicity, and a partially occupied
+site (``<Occ>``) would escape the count (the built-in engine lets it through and the writer then
+refuses the crystal). Fractional compositions keep ``<Occ>``.
+
 The one approximation: a MOF prompt that already holds part of a node is continued by further
 whole formula parts (``Zn2`` + ``Cu``), not by digits of its last count; the writer still checks
 the node. Everything else accepts exactly the texts the built-in grammar accepts after the prompt.
@@ -28,6 +33,12 @@ from logos.generate.constraints import task_grammar
 from logos.generate.tasks import Prompt, Task
 
 __all__ = ["START", "continuation_rule", "continuation_grammar"]
+
+
+def _whole_composition(prompt_text: str) -> bool:
+    from logos.generate.composition import CompositionRows
+
+    return CompositionRows._target(prompt_text) is not None
 
 START = "task_continue"
 
@@ -66,4 +77,6 @@ def continuation_rule(task: Task, prompt: Prompt) -> str:
 def continuation_grammar(task: Task, prompt: Prompt) -> str:
     """The whole Lark grammar (llguidance dialect) for what the model may write after ``prompt``."""
     rules = "\n".join(r for r in (task.rules, prompt.rules) if r)
+    if task.name == "crystal" and _whole_composition(prompt.text):
+        rules = rules.replace(" xtal_occ?", "")  # whole counts: fully occupied sites, each one counted
     return task_grammar(START, rules + f"\n{START}: {continuation_rule(task, prompt)}")

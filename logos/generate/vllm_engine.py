@@ -412,142 +412,165 @@ def _seed(base: int, index: int, attempt: int) -> int:
     return (base * 1_000_003 + index * 7919 + attempt * 104_729) % (2**31 - 1)
 
 
-def generate_vllm(checkpoint: Path, out: Path, options, inputs: Path | None = None, progress: bool | None = None,
-                  engine: EngineOptions | None = None, llm=None):
-    """``logos generate`` through vLLM: same prompts, files, samples JSONL, ranking and exit status as
-    :func:`logos.generate.pipeline.generate` (``options`` is its :class:`GenerateOptions`)."""
-    from transformers import AutoTokenizer
+class Checkpoint:
+    """What the front end needs of a checkpoint: its tokenizer, token table, run info and document start."""
 
-    from logos.domains import writer_for
-    from logos.export import load_run_info
-    from logos.generate.constraints import TokenTable
-    from logos.generate.continuation import continuation_grammar
-    from logos.generate.pipeline import (SUPPORTED_GRAMMARS, GenerateResult, Sample, _canonical_answer,
-                                         _document_start, _rank, _write, _write_marked_fasta)
-    from logos.generate.sampler import StepStats
-    from logos.generate.tasks import TASKS, build_prompts
-    from logos.records import ErrorLog, InputError, errors_path_for
+    def __init__(self, path: Path):
+        from transformers import AutoTokenizer
 
-    start = time.perf_counter()
-    engine = engine or EngineOptions()
-    task = TASKS.get(options.task)
-    if task is None:
-        raise InputError(f"unknown task {options.task!r} (known: {', '.join(TASKS)})")
-    checkpoint, out = Path(checkpoint), Path(out)
-    if not (checkpoint / "config.json").exists():
-        raise InputError(f"{checkpoint} is not a checkpoint directory (no config.json)")
-    info = load_run_info(checkpoint)
-    if info.get("grammar", "v1") not in SUPPORTED_GRAMMARS:
-        raise InputError(f"{checkpoint} was trained on grammar {info.get('grammar')}; this logos reads "
-                         f"{', '.join(SUPPORTED_GRAMMARS)}")
-    writer_cls = writer_for(out)
-    errors = ErrorLog(errors_path_for(out), echo=lambda line: None)
-    prompts = build_prompts(task, Path(inputs) if inputs else None, options.n, errors)
-    if not prompts:
-        errors.close()
-        raise InputError("nothing to generate (no usable input)")
-    if options.device not in ("cpu", "auto") and not options.device.startswith("cuda"):
-        raise InputError(f"--engine vllm runs on cpu or cuda, not {options.device}")
-    tok = AutoTokenizer.from_pretrained(str(checkpoint), trust_remote_code=False)
-    import json as _json
+        from logos.export import load_run_info
+        from logos.generate.constraints import TokenTable
+        from logos.generate.pipeline import SUPPORTED_GRAMMARS, _document_start
+        from logos.records import InputError
 
-    vocab_rows = _json.loads((checkpoint / "config.json").read_text()).get("vocab_size", len(tok))
-    table = TokenTable(tok, vocab_rows)
-    stop_id = tok.eos_token_id if task.stop == "eos" else table.id[task.stop]
-    doc_start = _document_start(info, tok)
-    s = options.sampling
-    budget = s.max_new_tokens or task.budget
-    jobs = []  # (prompt, token ids, max_tokens)
-    for p, k in prompts:
-        ids = [doc_start] + tok(p.text, add_special_tokens=False)["input_ids"]
-        row_budget = budget if task.name != "pocket" else max(len(p.text) + 32, 64)
-        jobs += [(p, ids, row_budget)] * k
-    max_len = max(len(ids) + b for _, ids, b in jobs) + 8
-    if llm is None:
-        llm = make_llm(checkpoint, engine, options.seed, max_len)
-    stats_path = Path(os.environ.get(STATS_ENV, "/nonexistent"))
-    before = _read_stats(stats_path)
+        self.path = Path(path)
+        if not (self.path / "config.json").exists():
+            raise InputError(f"{self.path} is not a checkpoint directory (no config.json)")
+        self.info = load_run_info(self.path)
+        if self.info.get("grammar", "v1") not in SUPPORTED_GRAMMARS:
+            raise InputError(f"{self.path} was trained on grammar {self.info.get('grammar')}; this logos reads "
+                             f"{', '.join(SUPPORTED_GRAMMARS)}")
+        self.tok = AutoTokenizer.from_pretrained(str(self.path), trust_remote_code=False)
+        vocab_rows = json.loads((self.path / "config.json").read_text()).get("vocab_size", len(self.tok))
+        self.table = TokenTable(self.tok, vocab_rows)
+        self.doc_start = _document_start(self.info, self.tok)
 
+    def jobs(self, task, prompts, budget: int) -> list[tuple[Any, list[int], int]]:
+        """(prompt, token ids, max new tokens) per sample, ``k`` copies of each (prompt, k) pair."""
+        out = []
+        for p, k in prompts:
+            ids = [self.doc_start] + self.tok(p.text, add_special_tokens=False)["input_ids"]
+            row_budget = (budget or task.budget) if task.name != "pocket" else max(len(p.text) + 32, 64)
+            out += [(p, ids, row_budget)] * k
+        return out
+
+
+@dataclass
+class SampleRun:
+    samples: list = field(default_factory=list)
+    finals: list = field(default_factory=list)   # (prompt ids, output ids) per sample
+    tokens: int = 0
+    resampled: int = 0
+    first_try_valid: int = 0
+    seconds: float = 0.0
+
+
+def sample_jobs(run, ck: Checkpoint, task, jobs, options, progress: bool = False) -> SampleRun:
+    """Sample every job through ``run(requests, params) -> [RequestOutput]`` (an ``LLM.generate`` or the
+    server's engine client), check each finished row again and resample failures up to ``options.resamples``."""
     from vllm import SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
 
+    from logos.generate.continuation import continuation_grammar
+    from logos.generate.pipeline import Sample, _canonical_answer
+
+    s = options.sampling
+    stop_id = ck.tok.eos_token_id if task.stop == "eos" else ck.table.id[task.stop]
     grammars: dict[int, str] = {}
-    samples: list[Sample] = []
-    finals: list[tuple[list[int], list[int]]] = []  # (prompt ids, output ids) of each sample
+    res = SampleRun()
     queue = [(i, 0) for i in range(len(jobs))]
-    tokens = resampled = 0
-    first_try_valid = 0
-    sample_start = time.perf_counter()
+    t = time.perf_counter()
     while queue:
         requests, params = [], []
         for i, attempt in queue:
             p, ids, row_budget = jobs[i]
             so = None
             if options.constrained:
-                key = id(p)
-                if key not in grammars:
-                    grammars[key] = continuation_grammar(task, p)
-                so = StructuredOutputsParams(grammar=grammars[key])
+                if id(p) not in grammars:
+                    grammars[id(p)] = continuation_grammar(task, p)
+                so = StructuredOutputsParams(grammar=grammars[id(p)])
             params.append(SamplingParams(
-                n=1, temperature=s.temperature, top_k=s.top_k if s.top_k else 0, top_p=s.top_p,
-                max_tokens=row_budget, seed=_seed(options.seed, i, attempt), stop_token_ids=[stop_id],
-                logprobs=0, skip_special_tokens=False, detokenize=False, structured_outputs=so,
+                n=1, temperature=s.temperature, top_k=s.top_k or 0, top_p=s.top_p, max_tokens=row_budget,
+                seed=_seed(options.seed, i, attempt), stop_token_ids=[stop_id], logprobs=0,
+                skip_special_tokens=False, detokenize=False, structured_outputs=so,
                 extra_args={ARGS_KEY: request_args(task, p, s.closing_slack)} if options.constrained else None))
             requests.append({"prompt_token_ids": ids})
-        outputs = llm.generate(requests, params, use_tqdm=bool(progress))
         retry = []
-        for (i, attempt), o in zip(queue, outputs):
+        for (i, attempt), o in zip(queue, run(requests, params)):
             p = jobs[i][0]
             c = o.outputs[0]
             toks = list(c.token_ids)
-            tokens += len(toks)
-            logprob = sum(float(lp[t].logprob) for lp, t in zip(c.logprobs or [], toks) if lp and t in lp)
+            res.tokens += len(toks)
+            logprob = sum(float(lp[x].logprob) for lp, x in zip(c.logprobs or [], toks) if lp and x in lp)
             done = bool(toks) and toks[-1] == stop_id
             body = toks[:-1] if task.stop == "eos" and done else toks
-            text = p.text + tok.decode(body, skip_special_tokens=False)
+            text = p.text + ck.tok.decode(body, skip_special_tokens=False)
             status = "done" if done else "budget"
             if done and options.constrained:
-                why = _valid(task, p.text, text, table)
-                status = "done" if why is None else why
-            if status == "done" and attempt == 0:
-                first_try_valid += 1
+                status = _valid(task, p.text, text, ck.table) or "done"
+            res.first_try_valid += status == "done" and attempt == 0
             if status != "done" and attempt < options.resamples:
                 retry.append((i, attempt + 1))
-                resampled += 1
+                res.resampled += 1
                 continue
             sample = Sample(p.input_id, p.text, text, logprob, status)
             if task.name in ("forward", "retro"):
                 sample.key = _canonical_answer(task, text)
-            samples.append(sample)
-            finals.append((jobs[i][1], toks))
+            res.samples.append(sample)
+            res.finals.append((jobs[i][1], toks))
         queue = retry
-    sample_seconds = time.perf_counter() - sample_start
-    after = _read_stats(stats_path)
+    res.seconds = time.perf_counter() - t
     if options.constrained:  # vLLM's sampled log-probabilities are renormalized over the grammar's mask:
-        _rescore(llm, samples, finals)  # score with the model's own, as the built-in engine does
-    ranked = _rank(task, samples)
+        rescore(run, res.samples, res.finals)  # score with the model's own, as the built-in engine does
+    return res
+
+
+def generate_vllm(checkpoint: Path, out: Path, options, inputs: Path | None = None, progress: bool | None = None,
+                  engine: EngineOptions | None = None, llm=None):
+    """``logos generate`` through vLLM: same prompts, files, samples JSONL, ranking and exit status as
+    :func:`logos.generate.pipeline.generate` (``options`` is its :class:`GenerateOptions`); ``llm``: a
+    :func:`make_llm` to reuse (its checkpoint must be ``checkpoint``)."""
+    from logos.domains import writer_for
+    from logos.generate.pipeline import GenerateResult, _rank, _write, _write_marked_fasta
+    from logos.generate.sampler import StepStats
+    from logos.generate.tasks import TASKS, build_prompts
+    from logos.records import ErrorLog, InputError, errors_path_for
+
+    start = time.perf_counter()
+    task = TASKS.get(options.task)
+    if task is None:
+        raise InputError(f"unknown task {options.task!r} (known: {', '.join(TASKS)})")
+    out = Path(out)
+    ck = Checkpoint(checkpoint)
+    writer_cls = writer_for(out)
+    if options.device not in ("cpu", "auto") and not options.device.startswith("cuda"):
+        raise InputError(f"--engine vllm runs on cpu or cuda, not {options.device}")
+    errors = ErrorLog(errors_path_for(out), echo=lambda line: None)
+    prompts = build_prompts(task, Path(inputs) if inputs else None, options.n, errors)
+    if not prompts:
+        errors.close()
+        raise InputError("nothing to generate (no usable input)")
+    jobs = ck.jobs(task, prompts, options.sampling.max_new_tokens)
+    if llm is None:
+        llm = make_llm(ck.path, engine or EngineOptions(), options.seed, max(len(i) + b for _, i, b in jobs) + 8)
+    stats_path = Path(os.environ.get(STATS_ENV, "/nonexistent"))
+    before = _read_stats(stats_path)
+    res = sample_jobs(lambda reqs, params: llm.generate(reqs, params, use_tqdm=bool(progress)), ck, task, jobs,
+                      options)
+    after = _read_stats(stats_path)
+    ranked = _rank(task, res.samples)
     _write(task, ranked, out, writer_cls, options.writer, errors)
     if task.name == "pocket":
         _write_marked_fasta(ranked, out)
     errors.close()
     proc = {k: after.get(k, 0) - before.get(k, 0) for k in ("checks", "redraws", "row_steps", "dead_ends", "seconds")}
     result = GenerateResult(ranked, errors.count - sum(not x.written for x in ranked), time.perf_counter() - start,
-                            tokens, int(proc["redraws"]), resampled, StepStats(steps=int(proc["row_steps"]),
-                                                            check_seconds=float(proc["seconds"])))
-    result.engine = {"engine": "vllm", "first_try_valid": first_try_valid, "rows": len(jobs),
-                     "sample_seconds": sample_seconds, **proc}
+                            res.tokens, int(proc["redraws"]), res.resampled,
+                            StepStats(steps=int(proc["row_steps"]), check_seconds=float(proc["seconds"])))
+    result.engine = {"engine": "vllm", "first_try_valid": res.first_try_valid, "rows": len(jobs),
+                     "sample_seconds": res.seconds, **proc}
     return result
 
 
-def _rescore(llm, samples, finals) -> None:
+def rescore(run, samples, finals) -> None:
     """Each sample's summed model log-probability (temperature 1, no mask) from one prefill of prompt + output."""
     from vllm import SamplingParams
 
     requests = [{"prompt_token_ids": ids + toks} for ids, toks in finals if toks]
     if not requests:
         return
-    outs = iter(llm.generate(requests, SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0,
-                                                      detokenize=False), use_tqdm=False))
+    params = [SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0, detokenize=False)] * len(requests)
+    outs = iter(run(requests, params))
     for sample, (ids, toks) in zip(samples, finals):
         if not toks:
             continue
