@@ -22,8 +22,6 @@ Engine options are passed through: ``--tensor-parallel-size``, ``--data-parallel
 after ``--``.
 """
 
-from __future__ import annotations
-
 import argparse
 import os
 import sys
@@ -215,9 +213,11 @@ def _generate_request(engine_client, ck, body: dict, loop) -> dict:
             final = out
         return final
 
-    def run(requests, params):
-        coro = asyncio.gather(*(one(r, p) for r, p in zip(requests, params)))
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+    async def every(requests, params):
+        return await asyncio.gather(*(one(r, p) for r, p in zip(requests, params)))
+
+    def run(requests, params):  # from this worker thread, on the server's event loop
+        return asyncio.run_coroutine_threadsafe(every(requests, params), loop).result()
 
     with tempfile.TemporaryDirectory(prefix="logos-serve-") as tmp:
         inputs = None

@@ -37,9 +37,11 @@ def exported(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def llm(exported):
-    from logos.generate.vllm_engine import EngineOptions, make_llm
+    from logos.generate.vllm_engine import EngineOptions, close_llm, make_llm
 
-    return make_llm(exported, EngineOptions(max_num_seqs=32), seed=0, max_len=512)
+    llm = make_llm(exported, EngineOptions(max_num_seqs=32), seed=0, max_len=512)
+    yield llm
+    close_llm(llm)
 
 
 def _opts(**kw):

@@ -53,7 +53,7 @@ except ImportError:  # pragma: no cover - exercised in the main venv
     _BaseV1 = _BaseV2 = object
 
 __all__ = ["ARGS_KEY", "EngineOptions", "LogosLogitsProcessor", "LogosLogitsProcessorV1", "RowCheck", "request_args", "generate_vllm",
-           "make_llm"]
+           "make_llm", "close_llm"]
 
 
 # ----------------------------------------------------------------------------------------------- engine side
@@ -383,6 +383,13 @@ def make_llm(checkpoint: Path, engine: EngineOptions, seed: int = 0, max_len: in
     return vllm.LLM(**llm_kwargs(checkpoint, engine, seed, max_len))
 
 
+def close_llm(llm) -> None:
+    """Stop the engine core (and its workers) of a :func:`make_llm` now, not at interpreter exit."""
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    if core is not None:
+        core.shutdown()
+
+
 def _valid(task, prompt_text: str, text: str, table) -> str | None:
     """Why a finished sample breaks a guarantee (None: it holds): RDKit refuses a span, or the sites miss the
     composition."""
@@ -541,13 +548,18 @@ def generate_vllm(checkpoint: Path, out: Path, options, inputs: Path | None = No
         errors.close()
         raise InputError("nothing to generate (no usable input)")
     jobs = ck.jobs(task, prompts, options.sampling.max_new_tokens)
-    if llm is None:
+    own = llm is None
+    if own:
         llm = make_llm(ck.path, engine or EngineOptions(), options.seed, max(len(i) + b for _, i, b in jobs) + 8)
     stats_path = Path(os.environ.get(STATS_ENV, "/nonexistent"))
     before = _read_stats(stats_path)
-    res = sample_jobs(lambda reqs, params: llm.generate(reqs, params, use_tqdm=bool(progress)), ck, task, jobs,
-                      options)
-    after = _read_stats(stats_path)
+    try:
+        res = sample_jobs(lambda reqs, params: llm.generate(reqs, params, use_tqdm=bool(progress)), ck, task, jobs,
+                          options)
+        after = _read_stats(stats_path)
+    finally:
+        if own:
+            close_llm(llm)
     ranked = _rank(task, res.samples)
     _write(task, ranked, out, writer_cls, options.writer, errors)
     if task.name == "pocket":
