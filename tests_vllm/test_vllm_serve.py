@@ -99,5 +99,5 @@ def test_serve_answers_a_task_by_name_and_shuts_down_cleanly(tmp_path):
         log.close()
     assert code in (0, -signal.SIGINT, 130), (tmp_path / "serve.log").read_text()[-3000:]
     assert not orphans, "processes of the server outlived it"
-    with socket.socket() as s:  # the port is free again
-        s.bind(("127.0.0.1", port))
+    with socket.socket() as s, pytest.raises(ConnectionRefusedError):  # nothing listens there any more
+        s.connect(("127.0.0.1", port))
