@@ -78,9 +78,28 @@ def test_serve_answers_a_task_by_name_and_shuts_down_cleanly(tmp_path):
             urllib.request.urlopen(bad, timeout=30)
         assert e.value.code == 400
 
-        plain = _post(base + "/v1/completions", {"model": SHIPPED.name, "prompt": "<MoleculeS>", "max_tokens": 8,
-                                                 "temperature": 0})
-        assert plain["choices"][0]["text"] is not None
+        # a plain OpenAI completion carrying the grammar and the processor's arguments (the README's example)
+        from transformers import AutoTokenizer
+
+        from logos.generate.composition import CompositionRows
+        from logos.generate.constraints import TokenTable
+        from logos.generate.continuation import continuation_grammar
+        from logos.generate.tasks import TASKS, Prompt, _crystal_rules
+        from logos.generate.vllm_engine import request_xargs
+
+        tok = AutoTokenizer.from_pretrained(str(SHIPPED))
+        task, prompt = TASKS["crystal"], Prompt("q", "<CrystalS>Cl4Na4<sg225>", _crystal_rules(225, "Cl4Na4"))
+        plain = _post(base + "/v1/completions", {
+            "model": SHIPPED.name, "prompt": prompt.text, "max_tokens": 128, "skip_special_tokens": False, "seed": 1,
+            "structured_outputs": {"grammar": continuation_grammar(task, prompt)},
+            "vllm_xargs": request_xargs(task, prompt), "stop_token_ids": [tok.convert_tokens_to_ids(task.stop)],
+            "include_stop_str_in_output": True})
+        text = prompt.text + plain["choices"][0]["text"]
+        assert plain["choices"][0]["finish_reason"] == "stop", plain
+        rows = CompositionRows(TokenTable(tok, 2432), [prompt.text])
+        if not text.endswith("<CrystalE>"):
+            text += "<CrystalE>"
+        assert rows.feasible(0, text, final=True), text  # the sites add up to Cl4Na4
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)  # Ctrl-C

@@ -52,7 +52,7 @@ try:  # vLLM is optional: this module imports without it (the front end then ref
 except ImportError:  # pragma: no cover - exercised in the main venv
     _BaseV1 = _BaseV2 = object
 
-__all__ = ["ARGS_KEY", "EngineOptions", "LogosLogitsProcessor", "LogosLogitsProcessorV1", "RowCheck", "request_args", "generate_vllm",
+__all__ = ["ARGS_KEY", "request_xargs", "EngineOptions", "LogosLogitsProcessor", "LogosLogitsProcessorV1", "RowCheck", "request_args", "generate_vllm",
            "make_llm", "close_llm"]
 
 
@@ -61,6 +61,20 @@ def request_args(task, prompt, closing_slack: int = 8) -> dict:
     """``extra_args["logos"]`` of a request: what the logits processor needs to build its row constraint."""
     constraint = "chemistry" if task.chemistry else "composition" if task.name == "crystal" else None
     return {"task": task.name, "prompt": prompt.text, "constraint": constraint, "slack": closing_slack}
+
+
+def request_xargs(task, prompt, closing_slack: int = 8) -> dict:
+    """The same, flat, for an OpenAI request's ``vllm_xargs`` (whose values must be scalars): ``logos_task``, ..."""
+    return {f"{ARGS_KEY}_{k}": v for k, v in request_args(task, prompt, closing_slack).items() if v is not None}
+
+
+def _logos_args(sampling_params) -> dict | None:
+    """``extra_args["logos"]``, or its flat form (``logos_prompt``, ... from ``vllm_xargs``)."""
+    extra = sampling_params.extra_args or {}
+    if ARGS_KEY in extra:
+        return extra[ARGS_KEY]
+    flat = {k[len(ARGS_KEY) + 1:]: v for k, v in extra.items() if k.startswith(ARGS_KEY + "_")}
+    return flat or None
 
 
 class RowCheck:
@@ -188,7 +202,7 @@ class _Rows:
 
     @classmethod
     def validate_params(cls, sampling_params) -> None:
-        args = (sampling_params.extra_args or {}).get(ARGS_KEY)
+        args = _logos_args(sampling_params)
         if args is None:
             return
         if not isinstance(args, dict) or not isinstance(args.get("prompt"), str):
@@ -198,7 +212,7 @@ class _Rows:
 
     def _add(self, index: int, sampling_params) -> bool:
         self.rows.pop(index, None)
-        args = (sampling_params.extra_args or {}).get(ARGS_KEY)
+        args = _logos_args(sampling_params)
         if not args or not args.get("constraint"):
             return False
         stop_ids = list(sampling_params.stop_token_ids or [])
