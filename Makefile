@@ -37,7 +37,12 @@ venv-vllm: $(VLLM_OK)
 
 # The vLLM tests (tests_vllm/, never collected by make test): one model load per module, CPU, one process.
 test-vllm: $(VLLM_OK)
-	OMP_NUM_THREADS=1 $(VPY) -m pytest -q -p no:cacheprovider tests_vllm
+	OMP_NUM_THREADS=1 VLLM_CPU_OMP_THREADS_BIND=nobind VLLM_CPU_KVCACHE_SPACE=1 \
+		$(VPY) -m pytest -q -p no:cacheprovider tests_vllm
+
+# Built-in engine against vLLM (molecules; tiny and ~100M models; 16 and 128 rows), rewrites its BENCHMARKS.md section.
+bench-vllm: $(VLLM_OK)
+	OMP_NUM_THREADS=1 VLLM_CPU_OMP_THREADS_BIND=nobind $(VPY) benchmarks/vllm_bench.py
 
 # Longer fuzzing of every encoder and detokenizer (hundreds of examples per property, more file
 # mutations); make test runs the same properties on a one-minute budget. LOGOS_FUZZ_SEED varies the files.
