@@ -230,7 +230,7 @@ def _generate_request(engine_client, ck, body: dict, loop) -> dict:
         prompts = build_prompts(task, inputs, n, errors)
         if not prompts:
             raise InputError("nothing to generate (no usable input)")
-        ck_jobs = ck.jobs(task, prompts, sampling.max_new_tokens)
+        ck_jobs = ck.jobs(task, prompts, sampling.max_new_tokens, options.constrained)
         res = sample_jobs(run, ck, task, ck_jobs, options)
         ranked = _rank(task, res.samples)
         _write(task, ranked, out, writer_for(out), WriterOptions(), errors)

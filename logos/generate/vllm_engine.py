@@ -59,8 +59,60 @@ __all__ = ["ARGS_KEY", "request_xargs", "EngineOptions", "LogosLogitsProcessor",
 # ----------------------------------------------------------------------------------------------- engine side
 def request_args(task, prompt, closing_slack: int = 8) -> dict:
     """``extra_args["logos"]`` of a request: what the logits processor needs to build its row constraint."""
-    constraint = "chemistry" if task.chemistry else "composition" if task.name == "crystal" else None
+    constraint = "chemistry" if task.chemistry else "composition" if task.name == "crystal" else \
+        "copy" if task.name == "pocket" else None
     return {"task": task.name, "prompt": prompt.text, "constraint": constraint, "slack": closing_slack}
+
+
+def shared_row_constraint(task, table, prompt_text: str, kind: str | None, slack: int = 8):
+    """The row constraint both engines use, one object per request: ``logos.generate.rows.row_constraint`` where
+    the package has it, else today's batched classes (row 0) behind :class:`_LegacyRow`."""
+    try:
+        from logos.generate.rows import row_constraint
+    except ImportError:
+        row_constraint = None
+    if row_constraint is not None:
+        return row_constraint(task, table, prompt_text)
+    if kind == "chemistry":
+        from logos.generate.constraints import ChemistryRows
+
+        return _LegacyRow(ChemistryRows(table, 1, [prompt_text]), slack)
+    if kind == "composition":
+        from logos.generate.composition import CompositionRows
+
+        return _LegacyRow(CompositionRows(table, [prompt_text]), slack)
+    return None  # the copy of a binding-site search: the grammar alone (the shared rows add its budget)
+
+
+class _LegacyRow:
+    """``ChemistryRows`` / ``CompositionRows`` (batched, row 0) seen through the per-row interface of the shared
+    row constraints: ``check(token, remaining)``, ``advance``, ``must_close``, ``ending``, ``budget``, ``failure``."""
+
+    failure = None
+
+    def __init__(self, rows, slack: int):
+        self.rows, self.slack, self._closing = rows, slack, None
+
+    def check(self, token: int, remaining: int) -> bool:
+        if self._closing is None or self._closing[0] != remaining:
+            self._closing = (remaining, self.rows.closing(0, remaining, self.slack))
+        ok = self.rows.check(0, token, self._closing[1])
+        if not ok and token == getattr(self.rows, "close_id", None) and self.rows.stuck(0):
+            self.failure = "kekulize"
+        return ok
+
+    def advance(self, token: int) -> None:
+        self.rows.advance(0, token)
+        self._closing = None
+
+    def must_close(self, remaining: int) -> bool:
+        return False
+
+    def ending(self, remaining: int):
+        return None
+
+    def budget(self, default: int) -> int:
+        return default
 
 
 def request_xargs(task, prompt, closing_slack: int = 8) -> dict:
@@ -78,7 +130,7 @@ def _logos_args(sampling_params) -> dict | None:
 
 
 class RowCheck:
-    """A row constraint of the built-in engine (``check`` / ``advance`` / ``closing`` on row 0) seen per request.
+    """A shared row constraint (:func:`shared_row_constraint`) driven per request by the logits processor.
 
     The adapter is the only place that knows the row-constraint interface, so the shared constraint
     code can change behind it. It also holds the request's own random generator and sampling
@@ -91,7 +143,8 @@ class RowCheck:
         self.constraint, self.stop_id, self.max_tokens, self.slack = constraint, stop_id, max_tokens, slack
         self.consumed = 0     # output tokens fed so far
         self.dead = False     # nothing acceptable was found: left to the grammar, resampled by the front end
-        self.chosen = None    # the token accepted last (its checked state is the one ``advance`` takes)
+        self.chosen = None    # the token this processor chose last
+        self._last = None     # the token checked last (its checked state is the one ``advance`` takes)
         self.temperature = float(getattr(params, "temperature", 1.0) or 0.0)
         self.top_k = int(getattr(params, "top_k", 0) or 0)
         self.top_p = float(getattr(params, "top_p", 1.0) or 1.0)
@@ -104,25 +157,32 @@ class RowCheck:
 
     @classmethod
     def build(cls, args: dict, table, stop_id: int, max_tokens: int, params=None) -> "RowCheck | None":
-        kind, slack = args.get("constraint"), int(args.get("slack", 8))
-        if kind == "chemistry":
-            from logos.generate.constraints import ChemistryRows
+        from logos.generate.tasks import TASKS
 
-            return cls(ChemistryRows(table, 1, [args["prompt"]]), stop_id, max_tokens, slack, params)
-        if kind == "composition":
-            from logos.generate.composition import CompositionRows
+        task = TASKS.get(str(args.get("task")))
+        slack = int(args.get("slack", 8))
+        if task is None:
+            return None
+        row = shared_row_constraint(task, table, args["prompt"], args.get("constraint"), slack)
+        return None if row is None else cls(row, stop_id, max_tokens, slack, params)
 
-            return cls(CompositionRows(table, [args["prompt"]]), stop_id, max_tokens, slack, params)
-        return None
+    @property
+    def remaining(self) -> int:
+        return self.max_tokens - self.consumed
 
     def feed(self, token: int) -> None:
-        """Advance by a token the row wrote (checked first: ``check`` prepares the state ``advance`` takes)."""
+        """Advance by a token the row wrote (checked first unless it is the one just chosen: ``check`` prepares
+        the state ``advance`` takes)."""
         if not self.dead:
             chosen, self.chosen = self.chosen, None
-            if token != chosen and token != self.stop_id and not self.constraint.check(0, token):
+            if token != chosen and not self.constraint.check(token, self.remaining):
                 self.dead = True  # not the token this processor chose (cannot happen unless vLLM overrides it)
-            self.constraint.advance(0, token)
+            self.constraint.advance(token)
         self.consumed += 1
+
+    def _check(self, token: int, remaining: int) -> bool:
+        self._last = token
+        return self.constraint.check(token, remaining)
 
     def _distribution(self, logits):
         """The row's sampling distribution over the grammar-allowed tokens: temperature, then top-k / top-p."""
@@ -133,20 +193,30 @@ class RowCheck:
         scaled = logits.float().cpu() / max(self.temperature, 1e-6)
         return torch.softmax(_filter(scaled[None], self.top_k, self.top_p)[0], -1), scaled
 
+    def _planned(self, allowed, stats: dict) -> int | None:
+        plan = self.constraint.ending(self.remaining)
+        if plan and bool(torch_isfinite(allowed[plan[0]])):
+            stats["checks"] += 1
+            if self._check(plan[0], self.remaining):
+                return plan[0]
+        return None
+
     def choose(self, logits, stats: dict) -> int | None:
         """The row's next token, drawn and checked as the built-in engine does (None: a dead end)."""
         import torch
 
         from logos.generate.sampler import MAX_REDRAWS, MAX_SCAN
 
-        c = self.constraint
-        remaining = self.max_tokens - self.consumed
+        c, remaining = self.constraint, self.remaining
         stats["row_steps"] += 1
-        if remaining <= self.slack and bool(torch.isfinite(logits[self.stop_id])):  # near the budget: close if able
+        if c.must_close(remaining):  # near the budget: follow the planned ending
+            token = self._planned(logits, stats)
+            if token is not None:
+                return token
+        if remaining <= self.slack and bool(torch.isfinite(logits[self.stop_id])):  # close where able
             stats["checks"] += 1
-            if c.check(0, self.stop_id, True):
+            if self._check(self.stop_id, remaining):
                 return self.stop_id
-        closing = c.closing(0, remaining, self.slack)
         probs, allowed = self._distribution(logits)
         greedy = self.temperature < 1e-5
         refused: set[int] = set()
@@ -155,19 +225,26 @@ class RowCheck:
                 break
             token = int(probs.argmax()) if greedy else int(torch.multinomial(probs, 1, generator=self.generator))
             stats["checks"] += 1
-            if c.check(0, token, closing):
+            if self._check(token, remaining):
                 return token
             refused.add(token)
             stats["redraws"] += 1
             probs[token] = 0.0
-        for token in torch.argsort(allowed, descending=True)[:MAX_SCAN].tolist():  # then the likeliest, in order
-            if not bool(torch.isfinite(allowed[token])):
-                break
-            if token not in refused:
-                stats["checks"] += 1
-                if c.check(0, token, closing):
-                    return token
-        return None
+        finite = int(torch.isfinite(allowed).sum())
+        if finite:  # then the likeliest grammar-allowed candidates: a draw among those accepted
+            top = torch.topk(allowed, min(MAX_SCAN, finite))
+            ok = []
+            for k, token in enumerate(top.indices.tolist()):
+                if token not in refused:
+                    stats["checks"] += 1
+                    if self._check(token, remaining):
+                        ok.append(k)
+            if ok:
+                if greedy:
+                    return int(top.indices[ok[0]])
+                weights = torch.softmax(top.values[ok], -1)
+                return int(top.indices[ok][int(torch.multinomial(weights, 1, generator=self.generator))])
+        return self._planned(allowed, stats)  # nothing likely enough: the planned ending, if there is one
 
     def restrict(self, logits, stats: dict) -> None:
         """Leave only the chosen token in ``logits`` [V] (grammar-masked, unscaled), so vLLM's sampler takes it."""
@@ -178,10 +255,18 @@ class RowCheck:
             self.dead = True
             stats["dead_ends"] += 1
             return
+        if token != self._last:  # the state ``advance`` takes is the last one checked: check the choice again
+            self._check(token, self.remaining)
         self.chosen = token
         keep = logits[token].clone()
         logits.fill_(float("-inf"))
         logits[token] = keep
+
+
+def torch_isfinite(x) -> bool:
+    import torch
+
+    return bool(torch.isfinite(x))
 
 
 class _Rows:
@@ -207,7 +292,7 @@ class _Rows:
             return
         if not isinstance(args, dict) or not isinstance(args.get("prompt"), str):
             raise ValueError(f'extra_args["{ARGS_KEY}"] must be an object with the prompt text')
-        if args.get("constraint") not in (None, "chemistry", "composition"):
+        if args.get("constraint") not in (None, "chemistry", "composition", "copy"):
             raise ValueError(f"unknown LOGOS constraint {args.get('constraint')!r}")
 
     def _add(self, index: int, sampling_params) -> bool:
@@ -456,12 +541,16 @@ class Checkpoint:
         self.table = TokenTable(self.tok, vocab_rows)
         self.doc_start = _document_start(self.info, self.tok)
 
-    def jobs(self, task, prompts, budget: int) -> list[tuple[Any, list[int], int]]:
-        """(prompt, token ids, max new tokens) per sample, ``k`` copies of each (prompt, k) pair."""
+    def jobs(self, task, prompts, budget: int, constrained: bool = True) -> list[tuple[Any, list[int], int]]:
+        """(prompt, token ids, max new tokens) per sample, ``k`` copies of each (prompt, k) pair; without a
+        ``budget``, the task's default or what the row constraint says the prompt needs."""
         out = []
         for p, k in prompts:
             ids = [self.doc_start] + self.tok(p.text, add_special_tokens=False)["input_ids"]
             row_budget = (budget or task.budget) if task.name != "pocket" else max(len(p.text) + 32, 64)
+            if constrained and not budget:
+                row = shared_row_constraint(task, self.table, p.text, request_args(task, p)["constraint"])
+                row_budget = row.budget(row_budget) if row is not None else row_budget
             out += [(p, ids, row_budget)] * k
         return out
 
@@ -561,7 +650,7 @@ def generate_vllm(checkpoint: Path, out: Path, options, inputs: Path | None = No
     if not prompts:
         errors.close()
         raise InputError("nothing to generate (no usable input)")
-    jobs = ck.jobs(task, prompts, options.sampling.max_new_tokens)
+    jobs = ck.jobs(task, prompts, options.sampling.max_new_tokens, options.constrained)
     own = llm is None
     if own:
         llm = make_llm(ck.path, engine or EngineOptions(), options.seed, max(len(i) + b for _, i, b in jobs) + 8)
