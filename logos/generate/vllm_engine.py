@@ -313,10 +313,13 @@ class _Rows:
         """Write the counters when the batch's rows change or every 0.5 s (the last step may be missed)."""
         if self._stats_path and (len(self.rows) != self._rows_seen or time.perf_counter() - self._written > 0.5):
             self._written, self._rows_seen = time.perf_counter(), len(self.rows)
-            tmp = self._stats_path + ".tmp"
-            with open(tmp, "w") as fh:
-                json.dump(self.stats, fh)
-            os.replace(tmp, self._stats_path)
+            tmp = f"{self._stats_path}.{os.getpid()}.tmp"  # one per worker (tensor parallel ranks write alike)
+            try:
+                with open(tmp, "w") as fh:
+                    json.dump(self.stats, fh)
+                os.replace(tmp, self._stats_path)
+            except OSError:  # counters are a report: never a reason to stop the engine
+                pass
 
 
 class LogosLogitsProcessorV1(_Rows, _BaseV1):
