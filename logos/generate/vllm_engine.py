@@ -6,12 +6,15 @@ serving through Ray; this module carries the LOGOS constraints into it:
 - **the grammar** goes through vLLM's structured outputs (llguidance backend): each request carries
   the shipped grammar, its task rules, its own rules (a copied sequence, a composition, a space
   group) and a start rule for what follows its prompt (:mod:`logos.generate.continuation`);
-- **the chemistry** of molecule spans (valence, rings, aromaticity, kekulization at the closing tag)
-  and **the crystal composition** go through :class:`LogosLogitsProcessor`, a vLLM logits processor
-  (the Model Runner V2 interface) that builds, per request, the same row-constraint objects the
-  built-in engine uses (:class:`~logos.generate.constraints.ChemistryRows`,
-  :class:`~logos.generate.composition.CompositionRows`) from the request's ``extra_args["logos"]``
-  (the task and its prompt text), through the thin adapter :class:`RowCheck`.
+- **the chemistry** of molecule spans (valence, rings, aromaticity, kekulization at the closing tag),
+  **the crystal composition** and, with the shared row constraints, **the copied sequence** of a
+  binding-site search go through :class:`LogosLogitsProcessor` (vLLM's Model Runner V2 interface,
+  its default on GPUs) or :class:`LogosLogitsProcessorV1` (the V1 runner: vLLM on CPU), which build,
+  per request, the row constraint the built-in engine uses (:func:`shared_row_constraint`:
+  ``logos.generate.rows.row_constraint`` where the package has it, else today's
+  :class:`~logos.generate.constraints.ChemistryRows` / :class:`~logos.generate.composition.CompositionRows`)
+  from the request's ``extra_args["logos"]`` (the task and its prompt text), driven by the thin
+  adapter :class:`RowCheck`.
 
 The logits processor runs after vLLM's grammar mask and before temperature and top-k / top-p. A
 mask that holds every accepted token would need a check per grammar-allowed candidate (the
