@@ -582,6 +582,10 @@ def sample_jobs(run, ck: Checkpoint, task, jobs, options, progress: bool = False
 
     s = options.sampling
     stop_id = ck.tok.eos_token_id if task.stop == "eos" else ck.table.id[task.stop]
+    allowed = None
+    if not options.constrained:  # the task mask stays, as in the built-in engine: no symbol the task never writes
+        banned = ck.table.banned(set(task.symbols), keep={stop_id})
+        allowed = (~banned[: ck.table.size]).nonzero().flatten().tolist()
     grammars: dict[int, str] = {}
     res = SampleRun()
     queue = [(i, 0) for i in range(len(jobs))]
@@ -598,7 +602,7 @@ def sample_jobs(run, ck: Checkpoint, task, jobs, options, progress: bool = False
             params.append(SamplingParams(
                 n=1, temperature=s.temperature, top_k=s.top_k or 0, top_p=s.top_p, max_tokens=row_budget,
                 seed=_seed(options.seed, i, attempt), stop_token_ids=[stop_id], logprobs=0,
-                skip_special_tokens=False, detokenize=False, structured_outputs=so,
+                skip_special_tokens=False, detokenize=False, structured_outputs=so, allowed_token_ids=allowed,
                 extra_args={ARGS_KEY: request_args(task, p, s.closing_slack)} if options.constrained else None))
             requests.append({"prompt_token_ids": ids})
         retry = []
