@@ -84,6 +84,16 @@ def test_molecules_are_valid_ranked_and_seeded(llm, exported, tmp_path):
     assert other.texts != result.texts
 
 
+def test_unconstrained_keeps_the_task_mask(llm, exported, tmp_path):
+    from logos.generate.vllm_engine import generate_vllm
+
+    result = generate_vllm(exported, tmp_path / "u.smi", _opts(n=8, seed=0, constrained=False), llm=llm)
+    assert len(result.samples) == 8 and result.engine["row_steps"] == 0  # no logits processor work
+    for s in result.samples:  # no symbol the task never writes; the closing tag only at the end
+        assert s.text.startswith("<MoleculeS>") and "<MoleculeE>" not in s.text[:-len("<MoleculeE>")], s.text
+        assert not re.search(r"<(?!MoleculeE>)[A-Za-z][A-Za-z0-9+]*>", s.text[len("<MoleculeS>"):]), s.text
+
+
 def test_logprob_is_the_models_own(llm, exported):
     """The rescored log-probability equals the built-in scoring with transformers (temperature 1, no mask)."""
     import torch
