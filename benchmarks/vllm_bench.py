@@ -68,7 +68,7 @@ def vllm_run(llm, checkpoint, rows, n, constrained, budget, work, seed=0):
     from logos.generate import GenerateOptions, Sampling
     from logos.generate.vllm_engine import generate_vllm
 
-    texts, rates, toks, secs, us = [], [], 0, 0.0, []
+    texts, toks, secs, us = [], 0, 0.0, []
     resampled = first = 0
     for start in range(0, n, rows):  # rows requests in flight at a time
         k = min(rows, n - start)
@@ -148,14 +148,16 @@ def main(argv=None) -> int:
                f"{args.budget} tokens, {args.n} molecules per configuration, seed 0:", "", "```",
                "OMP_NUM_THREADS=1 VLLM_CPU_OMP_THREADS_BIND=nobind .venv-vllm/bin/python benchmarks/vllm_bench.py "
                + " ".join(argv if argv is not None else sys.argv[1:]), "```", ""] + lines
-    lines += ["", "ratio: constrained / unconstrained samples/s of the same engine. constraint us/row/step: built-in, the "
+    lines += ["", "ratio: constrained / unconstrained samples/s of the same engine. constraint us/row/step: built-in, "
+              "the "
               "chemistry checks per row and step (its grammar masks in parentheses); vLLM, the LOGOS logits processor "
               "(draws and chemistry checks, timed in vLLM's worker; vLLM's own grammar masks are not separated). Valid "
               "before resampling: finished vLLM samples that passed the front end's check on the first try. Both "
               "engines run the same row-constraint code, whose checks set the constrained pace on this model."]
     if props:
         section += ["", "Constrained molecules of the tiny model, built-in against vLLM (written molecules):", "",
-                    "| rows | property | built-in mean | vLLM mean | KS statistic |", "|---:|---|---:|---:|---:|"] + props
+                    "| rows | property | built-in mean | vLLM mean | KS statistic |",
+                    "|---:|---|---:|---:|---:|"] + props
     section += ["", END]
     text = "\n".join(section)
     print(text)

@@ -242,8 +242,9 @@ def _generate_request(engine_client, ck, body: dict, loop) -> dict:
     samples = []
     for s in ranked:
         rank[s.input_id] = rank.get(s.input_id, 0) + 1
+        ident = f"{s.input_id}#{rank[s.input_id]}"
         samples.append({"id": s.input_id, "rank": rank[s.input_id], "text": s.text, "logprob": round(s.logprob, 4),
-                        "status": s.status, "written": s.written, "file": files.get(f"{s.input_id}#{rank[s.input_id]}")})
+                        "status": s.status, "written": s.written, "file": files.get(ident)})
     return {"task": task.name, "format": suffix, "samples": samples, "resampled": res.resampled,
             "errors": error_lines}
 

@@ -21,10 +21,10 @@ mask that holds every accepted token would need a check per grammar-allowed cand
 shipped model spreads its mass over ~50 of them: ~30 ms per row per step with today's checks), so
 the processor samples constrained rows itself, exactly as the built-in engine does: it draws from
 the row's grammar-masked distribution (the request's temperature, top-k and top-p, its seed),
-checks the draw, redraws without a refused token (up to ``MAX_REDRAWS``, then the likeliest
-candidates in order, up to ``MAX_SCAN``), and leaves only the accepted token finite, so vLLM's
-sampler takes it. The distribution is the model's restricted to accepted continuations, as in
-the built-in engine; nothing is approximated, only the random stream differs (per request, not
+checks the draw, redraws without a refused token (up to ``MAX_REDRAWS``; then it checks the
+``MAX_SCAN`` likeliest candidates and draws among the accepted ones; near the budget it follows the
+row's planned ending), and leaves only the chosen token finite, so vLLM's sampler takes it. The
+distribution is the model's restricted to accepted continuations, as in the built-in engine; nothing is approximated, only the random stream differs (per request, not
 per batch). A row with nothing acceptable left is a dead end: it is left to the grammar alone
 and resampled by the front end. Every finished row is checked again in the front end (RDKit
 parses each molecule span, the sites add up to the composition) and resampled when it fails;
@@ -32,6 +32,8 @@ first-try validity, resampled rows, candidates checked and redraws per row per s
 Log-probabilities are the model's own (temperature 1, no mask): vLLM's sampled log-probabilities
 are renormalized over the grammar's mask, so each sample is rescored by one prefill pass.
 
+Each request's draws use its own generator, seeded by the request's ``seed`` (the front ends always
+set one), so tensor-parallel workers, which all run the processor on the same logits, choose alike.
 The engine core is a separate process; the processor's counters reach the front end through a
 small JSON file (``LOGOS_VLLM_STATS``).
 """
@@ -55,8 +57,8 @@ try:  # vLLM is optional: this module imports without it (the front end then ref
 except ImportError:  # pragma: no cover - exercised in the main venv
     _BaseV1 = _BaseV2 = object
 
-__all__ = ["ARGS_KEY", "request_xargs", "EngineOptions", "LogosLogitsProcessor", "LogosLogitsProcessorV1", "RowCheck", "request_args", "generate_vllm",
-           "make_llm", "close_llm"]
+__all__ = ["ARGS_KEY", "EngineOptions", "LogosLogitsProcessor", "LogosLogitsProcessorV1", "RowCheck", "close_llm",
+           "generate_vllm", "make_llm", "request_args", "request_xargs", "sample_jobs", "shared_row_constraint"]
 
 
 # ----------------------------------------------------------------------------------------------- engine side
