@@ -8,6 +8,7 @@ record was still written, the bad ones are listed in ``OUT.errors.jsonl``); 2 us
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -233,6 +234,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
                               constrained=not args.unconstrained, device=_device(args.device), resamples=args.resamples,
                               writer=_writer_options(args))
     if args.engine == "vllm":  # vLLM (logos.generate.vllm_engine): same tasks, files and guarantees
+        if args.quiet:  # read when vLLM is first imported
+            os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         from logos.generate.vllm_engine import engine_summary, generate_vllm
         from logos.serve import engine_options
 
