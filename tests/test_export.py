@@ -28,6 +28,8 @@ def test_export_reproduces_training_logits(shards, tmp_path, stage):
     x = torch.from_numpy(tokens[:, :-1])
     reference = trainer.logits(x)                                   # [2, L, V] from the DeepSpeed engine
 
+    assert json.loads((out / "config.json").read_text())["rope_theta"] > 0  # transformers 4 and vLLM read it
+    assert json.loads((out / "tokenizer_config.json").read_text())["tokenizer_class"] == "PreTrainedTokenizerFast"
     files = {p.name for p in out.iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "logos_run.json"} <= files
     assert not any(name.endswith((".bin", ".pt", ".pth", ".pkl")) for name in files)  # no pickles

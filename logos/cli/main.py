@@ -8,9 +8,11 @@ record was still written, the bad ones are listed in ``OUT.errors.jsonl``); 2 us
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
+from logos.cli.serve import add_engine_arguments, add_serve_parser
 from logos.util.records import InputError
 from logos.util.resources import DEFAULT_CHECKPOINT, DEFAULT_TOKENIZER, resolve
 
@@ -234,9 +236,21 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     options = GenerateOptions(task=args.task, n=args.n, batch_size=args.batch_size, sampling=sampling, seed=args.seed,
                               constrained=not args.unconstrained, device=_device(args.device), resamples=args.resamples,
                               writer=_writer_options(args))
-    result = generate(resolve(args.checkpoint), Path(args.output), options,
-                      inputs=Path(args.input) if args.input else None, progress=False if args.quiet else None)
+    if args.engine == "vllm":  # vLLM (logos.generate.vllm_engine): same tasks, files and guarantees
+        if args.quiet:  # read when vLLM is first imported
+            os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        from logos.generate.vllm_engine import engine_summary, generate_vllm
+        from logos.cli.serve import engine_options
+
+        result = generate_vllm(resolve(args.checkpoint), Path(args.output), options,
+                               inputs=Path(args.input) if args.input else None, progress=not args.quiet,
+                               engine=engine_options(args))
+    else:
+        result = generate(resolve(args.checkpoint), Path(args.output), options,
+                          inputs=Path(args.input) if args.input else None, progress=False if args.quiet else None)
     line = f"generate: {result.summary()} -> {args.output}"
+    if args.engine == "vllm":
+        line += "; " + engine_summary(result)
     if args.task == "molecule":
         line += "; " + molecule_summary(result, Path(args.reference) if args.reference else None)
     if result.exit_code:
@@ -466,7 +480,9 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
                    help="sample without the grammar and chemistry constraints (the task mask and budget stay)")
     p.add_argument("--3d", dest="three_d", action="store_true", help="SDF: embed a 3D conformer")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    add_engine_arguments(p)  # --engine vllm and vLLM's scale-out options (logos.serve)
     p.set_defaults(func=_cmd_generate)
+    add_serve_parser(sub, DEFAULT_CHECKPOINT)  # logos serve (logos.serve)
 
     p = sub.add_parser("evaluate", help="the field's own metrics of predictions from any generator -> metrics.json, "
                                         "report.md, PNG figures")

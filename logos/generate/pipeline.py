@@ -118,7 +118,7 @@ def load_checkpoint(path: Path, device: str = "cpu"):
     return model.to(device).eval(), tok, info
 
 
-def _document_start(info: dict, tok) -> int:
+def document_start(info: dict, tok) -> int:
     """The token that starts every training document: the shards' recorded one, else BOS, else EOS (Qwen)."""
     recorded = (info.get("shards") or {}).get("bos_id")
     if recorded is not None:
@@ -146,7 +146,7 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
     table = TokenTable(tok, vocab_rows)
     stop_id = tok.eos_token_id if task.stop == "eos" else table.id[task.stop]
     banned = table.banned(set(task.symbols), keep={stop_id})
-    doc_start, pad_id = _document_start(info, tok), tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    doc_start, pad_id = document_start(info, tok), tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     budget = options.sampling.max_new_tokens or task.budget
     sampling = Sampling(options.sampling.temperature, options.sampling.top_k, options.sampling.top_p, budget,
                         options.sampling.closing_slack)
@@ -186,10 +186,7 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
             bar.set_postfix(samples_s=f"{len(samples) / (time.perf_counter() - start):.1f}", refresh=False)
     finally:
         bar.close()
-    ranked = _rank(task, samples)
-    _write(task, ranked, out, writer_cls, options.writer, errors)
-    if task.extra_output is not None:
-        task.extra_output(ranked, out)
+    ranked = finish(task, samples, out, writer_cls, options.writer, errors)
     errors.close()
     return GenerateResult(ranked, errors.count - sum(not s.written for s in ranked), time.perf_counter() - start,
                           tokens, redraws, resampled, stats)
@@ -198,7 +195,22 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
 def _sample(task: Task, prompt: Prompt, r: RowResult, tok) -> Sample:
     body = r.tokens[:-1] if task.stop == "eos" and r.tokens and r.status == "done" else r.tokens
     text = prompt.text + tok.decode(body, skip_special_tokens=False)  # never skip: tags are content
-    sample = Sample(prompt.input_id, prompt.text, text, r.logprob, r.status)
+    return sample_of(task, prompt, text, r.logprob, r.status)
+
+
+def finish(task: Task, samples: list[Sample], out: Path, writer_cls, options: WriterOptions,
+           errors: ErrorLog) -> list[Sample]:
+    """Rank the samples of any engine and write the task's files: the output, ``OUT.samples.jsonl``, extras."""
+    ranked = _rank(task, samples)
+    _write(task, ranked, out, writer_cls, options, errors)
+    if task.extra_output is not None:
+        task.extra_output(ranked, out)
+    return ranked
+
+
+def sample_of(task: Task, prompt: Prompt, text: str, logprob: float, status: str) -> Sample:
+    """A finished row of any engine as a :class:`Sample` (its canonical answer keyed for ranking)."""
+    sample = Sample(prompt.input_id, prompt.text, text, logprob, status)
     if task.answer is not None:
         sample.key = task.answer(text)
     return sample

@@ -150,6 +150,11 @@ class Task:
         """Molecule spans decode under the chemistry constraint."""
         return self.rows is _chemistry_rows
 
+    @property
+    def composition(self) -> bool:
+        """Whether the task's rows must add up to a composition given in the prompt (crystals)."""
+        return self.rows is _composition_rows
+
     def jobs(self) -> tuple[str, ...]:
         return tuple(j for j, on in zip(JOBS, (self.start is not None, self.pairs is not None, self.evaluate)) if on)
 

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from logos.language.grammar import GRAMMAR_VERSION  # recorded in every export
+from logos.train.hf_files import make_portable
 
 __all__ = ["export_hf", "export_run", "load_run_info", "GRAMMAR_VERSION"]
 
@@ -57,6 +58,7 @@ def export_hf(state_dict: dict, config, tokenizer_dir: Path, out: Path, run: dic
             shutil.copy2(src, tmp / src.name)
     if not (tmp / "tokenizer.json").exists() and not (tmp / "tokenizer.model").exists():
         raise FileNotFoundError(f"no tokenizer files in {tokenizer_dir}")
+    make_portable(tmp)  # rope_theta, a tokenizer class transformers 4 and vLLM load (logos.hf_files)
     (tmp / RUN_FILE).write_text(json.dumps({"grammar": GRAMMAR_VERSION, **run}, indent=1, default=str) + "\n")
     old = out.with_name(out.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
