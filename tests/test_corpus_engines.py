@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from pathlib import Path
 import sys
 
 import numpy as np
@@ -46,17 +47,25 @@ def _digest(path) -> str:
 def ray_engine(tmp_path_factory):
     import ray  # a missing Ray fails here (make test installs logos[ray]); never a silent skip
 
-    from logos.data.corpus_ray import FAULT_ENV, RayEngine
+    from logos.data.corpus_ray import RayEngine
+    from ray_faults import DIR_ENV
 
     fault = tmp_path_factory.mktemp("fault")
-    os.environ[FAULT_ENV] = str(fault)  # before ray.init: the Ray workers inherit it
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    saved = {k: os.environ.get(k) for k in (DIR_ENV, "PYTHONPATH")}
+    os.environ[DIR_ENV] = str(fault)  # before ray.init: the Ray workers inherit the environment
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).parent), saved["PYTHONPATH"]) if p)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+             runtime_env={"worker_process_setup_hook": "ray_faults.install"})  # the fault, in every worker
     try:
         # small chunks and file groups: many encode tasks whose outputs must be assembled in order
         yield RayEngine(chunk_cost=64, files_per_task=4), fault
     finally:
         ray.shutdown()
-        os.environ.pop(FAULT_ENV, None)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 @pytest.fixture(scope="module")

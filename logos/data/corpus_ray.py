@@ -38,7 +38,6 @@ from __future__ import annotations
 import importlib
 import json
 import logging
-import os
 import pickle  # only for rows this driver builds and Ray carries in memory; never read from a file
 import shutil
 import time
@@ -54,7 +53,6 @@ __all__ = ["RayEngine", "EngineUnavailable", "map_tasks"]
 
 FILES_PER_TASK = 16  # input files per read task
 POSITION_BITS = 24   # a record's global position: chunk ordinal << 24 | index in the chunk
-FAULT_ENV = "LOGOS_CORPUS_FAULT_DIR"  # tests: a file ``die-once`` there makes the next encode task's worker exit
 
 
 class EngineUnavailable(RuntimeError):
@@ -64,17 +62,6 @@ class EngineUnavailable(RuntimeError):
 def _atomic_write(path: Path, lines: list[str]) -> None:
     with atomic_open(path, "w", encoding="utf-8") as fh:
         fh.writelines(lines)
-
-
-def _die_once() -> None:
-    """Fault injection for the tests: lose this Ray worker once (the file is consumed by exactly one task)."""
-    folder = os.environ.get(FAULT_ENV)
-    if folder:
-        try:
-            os.remove(os.path.join(folder, "die-once"))
-        except FileNotFoundError:
-            return
-        os._exit(1)
 
 
 # ---------------------------------------------------------------- stage functions run in Ray tasks
@@ -87,7 +74,6 @@ def _read_group(row: dict):
 
 
 def _encode(row: dict) -> dict:
-    _die_once()
     start = time.perf_counter()
     spec = pickle.loads(row["spec"])
     lines, bad = encode_chunk(pickle.loads(row["items"]), spec["options"], spec["limits"])
