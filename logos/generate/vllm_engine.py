@@ -248,13 +248,14 @@ class _Rows:
             return
         if not isinstance(args, dict) or not isinstance(args.get("prompt"), str):
             raise ValueError(f'extra_args["{ARGS_KEY}"] must be an object with the prompt text')
-        if args.get("constraint") not in (None, "chemistry", "composition", "copy"):
-            raise ValueError(f"unknown LOGOS constraint {args.get('constraint')!r}")
+        from logos.tasks import get
+
+        get(str(args.get("task")), "generate")  # an unknown task: InputError, a ValueError (vLLM answers 400)
 
     def _add(self, index: int, sampling_params) -> bool:
         self.rows.pop(index, None)
         args = _logos_args(sampling_params)
-        if not args or not args.get("constraint"):
+        if not args:
             return False
         stop_ids = list(sampling_params.stop_token_ids or [])
         row = RowCheck.build(args, self.table, stop_ids[0] if stop_ids else self.eos_id,
