@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -147,9 +147,7 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
     stop_id = tok.eos_token_id if task.stop == "eos" else table.id[task.stop]
     banned = table.banned(set(task.symbols), keep={stop_id})
     doc_start, pad_id = document_start(info, tok), tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    budget = options.sampling.max_new_tokens or task.budget
-    sampling = Sampling(options.sampling.temperature, options.sampling.top_k, options.sampling.top_p, budget,
-                        options.sampling.closing_slack)
+    sampling = options.sampling
     generator = torch.Generator().manual_seed(options.seed)
     queue: list[tuple[Prompt, int]] = [(p, 0) for p, k in prompts for _ in range(k)]
     samples: list[Sample] = []
@@ -162,18 +160,15 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
             chunk, queue = queue[: options.batch_size], queue[options.batch_size:]
             ids = [[doc_start] + tok(p.text, add_special_tokens=False)["input_ids"] for p, _ in chunk]
             texts = [p.text for p, _ in chunk]
-            rows = task.rows(table, texts) if task.rows is not None else [None] * len(chunk)
-            chunk_budget = budget if task.row_budget is None else task.row_budget(texts, budget)
-            grammar = None
+            grammar = rows = None
             if options.constrained:
                 grammar = GrammarRows(tok, vocab_rows, [task_grammar(task.start, task.rules + "\n" + p.rules)
                                                          for p, _ in chunk], [x[1:] for x in ids], stop_id, model.device)
-                if not options.sampling.max_new_tokens:  # the task's default: what the rows' inputs need
-                    chunk_budget = max(row.budget(chunk_budget) if row is not None else chunk_budget for row in rows)
-            row_budget = Sampling(sampling.temperature, sampling.top_k, sampling.top_p, chunk_budget,
-                                  sampling.closing_slack)
-            results = sample_batch(model, ids, pad_id, stop_id, banned, row_budget, generator, grammar,
-                                   rows if options.constrained else None, stats)
+                rows = task.rows(table, texts) if task.rows is not None else None
+            chunk_sampling = replace(sampling, max_new_tokens=length_budget(task, texts, rows,
+                                                                            options.sampling.max_new_tokens))
+            results = sample_batch(model, ids, pad_id, stop_id, banned, chunk_sampling, generator, grammar, rows,
+                                   stats)
             for (prompt, attempt), r in zip(chunk, results):
                 tokens += len(r.tokens)
                 redraws += r.redraws
@@ -190,6 +185,17 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
     errors.close()
     return GenerateResult(ranked, errors.count - sum(not s.written for s in ranked), time.perf_counter() - start,
                           tokens, redraws, resampled, stats)
+
+
+def length_budget(task: Task, texts: list[str], rows, asked: int) -> int:
+    """The length budget of prompts sampled together: ``asked`` (``--max-new-tokens``) or the task's default, what
+    a copy task's input needs and, when nothing was asked, what each row constraint says its prompt needs."""
+    budget = asked or task.budget
+    if task.row_budget is not None:  # a copy task: the input sets the length
+        budget = task.row_budget(texts, budget)
+    if not asked and rows:
+        budget = max(row.budget(budget) if row is not None else budget for row in rows)
+    return budget
 
 
 def _sample(task: Task, prompt: Prompt, r: RowResult, tok) -> Sample:

@@ -504,15 +504,13 @@ class Checkpoint:
     def jobs(self, task, prompts, budget: int, constrained: bool = True) -> list[tuple[Any, list[int], int]]:
         """(prompt, token ids, max new tokens) per sample, ``k`` copies of each (prompt, k) pair; without a
         ``budget``, the task's default or what the row constraint says the prompt needs."""
+        from logos.generate.pipeline import length_budget
+
         out = []
         for p, k in prompts:
             ids = [self.doc_start] + self.tok(p.text, add_special_tokens=False)["input_ids"]
-            row_budget = budget or task.budget
-            if task.row_budget is not None:  # a copy task: the input sets the length
-                row_budget = task.row_budget([p.text], row_budget)
-            if constrained and not budget:
-                row = shared_row_constraint(task, self.table, p.text)
-                row_budget = row.budget(row_budget) if row is not None else row_budget
+            row = shared_row_constraint(task, self.table, p.text) if constrained and not budget else None
+            row_budget = length_budget(task, [p.text], [row], budget)
             out += [(p, ids, row_budget)] * k
         return out
 
