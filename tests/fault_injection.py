@@ -52,7 +52,8 @@ def install(spec: dict, setattr=setattr) -> None:
     def patched_step(self):
         if spec.get("kill_after_step") == self.step_count:
             os.kill(os.getpid(), signal.SIGKILL)
-        self._test_micro = 0
+        self._test_micro = self._test_reads = 0  # micro-batches forwarded / read in this step
+        self.train_reader._test_trainer = self
         return step(self)
 
     def patched_batch(reader, position, n):
@@ -92,13 +93,8 @@ def install(spec: dict, setattr=setattr) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         return commit(self, tag, info)
 
-    def patched_step_with_reads(self):
-        self.train_reader._test_trainer = self
-        self._test_reads = 0
-        return patched_step(self)
-
     setattr(Trainer, "__init__", patched_init)
-    setattr(Trainer, "step", patched_step_with_reads)
+    setattr(Trainer, "step", patched_step)
     setattr(Trainer, "_loss", patched_loss)
     setattr(ShardReader, "batch", patched_batch)
     setattr(CheckpointStore, "_commit", patched_commit)
