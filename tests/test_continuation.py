@@ -25,7 +25,7 @@ CASES = [  # (task, prompt, rules, completion)
     ("pocket", "<ProteinS>MKT<ProteinE><ProteinS>AY<ProteinE><Search>", search_rules(["MKT", "AY"]),
      "<ProteinS>M<PocketS>K<PocketE>T<ProteinE><ProteinS>AY<ProteinE>"),
     ("ligand", "<ProteinS>M<PocketS>K<PocketE>T<ProteinE>", "", ASPIRIN),
-    ("crystal", "<CrystalS>", _crystal_rules(None, None), "<sg225>5.640 Na<wa> Cl<wb><CrystalE>"),
+    ("crystal", "<CrystalS>", _crystal_rules(None, None), "Cl4Na4<sg225>5.640 Na<wa> Cl<wb><CrystalE>"),
     ("crystal", "<CrystalS>Cl4Na4", _crystal_rules(None, "Cl4Na4"), "<sg225>5.640 Na<wa> Cl<wb><CrystalE>"),
     ("crystal", "<CrystalS>Cl4Na4<sg225>", _crystal_rules(225, "Cl4Na4"), "5.640 Na<wa> Cl<wb><CrystalE>"),
     ("mof", "<MaterialS><MetalS>", "", "Zn4O<MetalE><MoleculeS>O=C([O-])c1ccc(C(=O)[O-])cc1<MoleculeE><MaterialE>"),

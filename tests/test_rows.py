@@ -205,3 +205,56 @@ def test_random_model_crystals_every_reader_accepts(random_model, tmp_path):
     for s in result.samples:
         if s.written:
             assert crystal_problem(s.text) is None
+
+
+def test_unconditional_crystal_rows_write_a_canonical_header_and_keep_to_it(tok):
+    """Unconditional crystals write their own composition header (as every training crystal has one): elements in
+    alphabetical order, each once, whole counts; the space-group tag ends it only when a crystal of that many atoms
+    fits in the budget left, and from then on the sites must add up to it."""
+    from logos.decoding.rows import CompositionRow
+
+    table = TokenTable(tok, len(tok))
+    ids = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    sg225 = tok.convert_tokens_to_ids("<sg225>")
+
+    def row_after(text: str) -> CompositionRow:
+        row = CompositionRow(table, "<CrystalS>")
+        for t in ids(text):
+            assert row.check(t, 800), (text, tok.convert_ids_to_tokens(t))
+            row.advance(t)
+        return row
+
+    assert row_after("Cl4Na4").check(sg225, 800)
+    assert not row_after("Cl4Na4").check(sg225, 64 + 32 * 8 - 1)  # 8 atoms need more than the budget left
+    row = row_after("Cl4")
+    assert not all(row.check(t, 800) for t in ids("Ca4"))  # Ca after Cl: not alphabetical
+    assert not CompositionRow(table, "<CrystalS>").check(sg225, 800)  # no header at all
+    row = row_after("Cl4Na")
+    assert not row.check(sg225, 800)  # Na without its count
+    row = row_after("Cl4Na4")
+    row.advance(sg225)
+    assert row.target == {"Cl": 4, "Na": 4}
+    for t in ids("5.640 Na<wa> Cl<wb>"):
+        assert row.check(t, 800)
+        row.advance(t)
+    assert row.check(row.close_id, 800)
+    row = row_after("Cl4Na4")
+    row.advance(sg225)
+    for t in ids("5.640 Na<wa>"):
+        row.advance(t)
+    assert not row.check(row.close_id, 800)  # chlorines missing
+    assert row.budget(256) > 256  # an unconditional row may declare up to MAX_ATOMS atoms
+
+
+def test_a_fixed_wyckoff_position_holds_one_site():
+    """Pm-3m (221): ``b`` (1/2, 1/2, 1/2) has no free coordinate, so a second site on it would coincide with the
+    first; ``<we>`` (x, 0, 0) may repeat."""
+    from logos.decoding.composition import feasible
+
+    head = "<CrystalS>Ca1O6Ti1<sg221>3.905"
+    assert feasible({"Ca": 1, "O": 6, "Ti": 1}, head + " Ca<wa> Ti<wb> O<we> 0.2500", final=True)
+    assert not feasible({"Ca": 1, "Ti": 1, "O": 3}, head + " Ca<wb> Ti<wb>", final=False)
+    head = "<CrystalS>O3Ti2<sg221>3.905"
+    assert feasible({"Ti": 2, "O": 3}, head + " Ti<wa>", final=False)  # b is left for the second
+    head = "<CrystalS>O3Ti3<sg221>3.905"
+    assert not feasible({"Ti": 3, "O": 3}, head + " Ti<wa>", final=False)  # 2 more: only b (1) is left of size 1

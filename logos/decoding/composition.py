@@ -34,12 +34,30 @@ _PARTIAL_ELEMENT = re.compile(r"(?<![A-Za-z])([A-Z][a-z]?)$")  # an element bein
 
 
 @functools.lru_cache(maxsize=None)
-def _fillable(sg: int, limit: int) -> frozenset[int]:
-    """Atom counts up to ``limit`` that sums of the group's multiplicities (each used any number of times) reach."""
+def _fixed(sg: int) -> frozenset[int]:
+    """Indices (into ``LETTERS``) of the group's positions with no free coordinate: a site there is one point orbit,
+    so two sites on the same such letter would coincide."""
+    from logos.science.materials.wyckoff import positions
+
+    return frozenset(LETTERS.index(p.letter) for p in positions(sg) if not p.free)
+
+
+@functools.lru_cache(maxsize=4096)
+def _fillable(sg: int, unused_fixed: frozenset[int], limit: int) -> frozenset[int]:
+    """Atom counts up to ``limit`` that the group's positions reach: those with free coordinates any number of
+    times, each of the ``unused_fixed`` positions at most once (per element; sharing between elements is not
+    counted, so this may allow a count the elements cannot all reach together)."""
+    free = {m for k, m in enumerate(MULTIPLICITY[sg]) if k not in _fixed(sg)}
     reach = {0}
     for total in range(1, limit + 1):
-        if any(total - m in reach for m in set(MULTIPLICITY[sg])):
+        if any(total - m in reach for m in free):
             reach.add(total)
+    for k in unused_fixed:
+        m = MULTIPLICITY[sg][k]
+        reach |= {r + m for r in reach if r + m <= limit}
+        for total in range(1, limit + 1):  # close again under the free positions
+            if total not in reach and any(total - f in reach for f in free):
+                reach.add(total)
     return frozenset(reach)
 
 
@@ -53,18 +71,21 @@ def feasible(target: dict[str, int], text: str, final: bool) -> bool:
     sg = int(m.group(1))
     body = text[m.end():]
     left = dict(target)
+    fixed, used = _fixed(sg), set()
     for el, letter in _SITE.findall(body):
         if el not in left or letter not in LETTERS:
             return False
         k = LETTERS.index(letter)
-        if k >= len(MULTIPLICITY[sg]):
+        if k >= len(MULTIPLICITY[sg]) or k in used:
             return False
+        if k in fixed:
+            used.add(k)
         left[el] -= MULTIPLICITY[sg][k]
         if left[el] < 0:
             return False
     if final:
         return all(v == 0 for v in left.values())
-    fillable = _fillable(sg, max(target.values()))
+    fillable = _fillable(sg, fixed - used, max(target.values()))
     if any(v not in fillable for v in left.values()):
         return False
     tail = body.rsplit(">", 1)[-1]

@@ -5,7 +5,7 @@
 (:func:`~logos.materials.wyckoff.lattice_free`) and one or more sites of group N's Wyckoff letters,
 each with exactly its number of free coordinates and an optional ``<Occ>``, i.e. the v2 text of
 :mod:`logos.materials.text` from ``<sgN>`` up to ``<CrystalE>``. :func:`crystal_task_rules` adds the
-start rule of the generation task (``<CrystalS>``, optional composition, body, ``<CrystalE>``);
+start rule of the generation task (``<CrystalS>``, the composition header, body, ``<CrystalE>``);
 :func:`crystal_grammar` is the whole grammar text for ``llguidance.LLMatcher.grammar_from_lark``.
 
 Ranges (each a set of real cells, so every text the grammar allows decodes to a cell of positive
@@ -22,8 +22,10 @@ volume):
 
 Bare ``<tag>`` is a special token (see the header of ``grammar/logos.lark``). Rule and terminal names
 start with ``xtal``/``XTAL`` so the fragment never clashes with the shipped grammar. The composition
-header, when given, is a fixed literal; it is not tied to the sites by this grammar (the decoder
-checks it and reports a mismatch).
+header is a fixed literal when the user gives one (crystal structure prediction); unconditional
+generation writes its own (``XTAL_COMP``: whole counts, every site fully occupied), as every training
+crystal has one. Either way the grammar does not tie it to the sites: the row constraint
+(:class:`~logos.decoding.rows.CompositionRow`) holds the sites to the header.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ def _terminals(frac_digits: int) -> str:
         "XTAL_OCC: /0\\.([0-9]{2}[1-9]|[0-9][1-9]0|[1-9]00)/",
         f"XTAL_EL: / ({elements})/",
         "xtal_occ: <Occ> XTAL_OCC",
+        f"XTAL_COMP: /(({elements})[1-9][0-9]?)+/",
     ])
 
 
@@ -96,14 +99,15 @@ def crystal_grammar_fragment(space_groups: Iterable[int] | None = None, frac_dig
 def crystal_task_rules(space_groups: Iterable[int] | None = None, frac_digits: int = 4,
                        composition: str | None = None, start: str = "task_crystal") -> str:
     """The fragment plus the start rule of the generation task: ``<CrystalS>``, then the composition
-    header when one is given (``'Na4Cl4'``: any element order, written canonically, ``Cl4Na4``, as a
-    fixed literal so the model cannot extend it), the body, ``<CrystalE>``. Without a composition the
-    grammar allows none (a free-running header could name elements the sites lack)."""
-    head = ""
-    if composition is not None:
-        head = f' "{composition_text(parse_composition(composition))}"'
-    return crystal_grammar_fragment(space_groups, frac_digits) + \
-        f"{start}: crystal_open{head} xtal_body crystal_close\n"
+    header (``'Na4Cl4'``: any element order, written canonically, ``Cl4Na4``, as a fixed literal so the
+    model cannot extend it), the body, ``<CrystalE>``. Without a composition the model writes the header
+    (``XTAL_COMP``, whole counts) and every site is fully occupied (no ``<Occ>``), so the sites can be held
+    to it."""
+    fragment = crystal_grammar_fragment(space_groups, frac_digits)
+    if composition is None:
+        return fragment.replace(" xtal_occ?", "") + f"{start}: crystal_open XTAL_COMP xtal_body crystal_close\n"
+    head = f' "{composition_text(parse_composition(composition))}"'
+    return fragment + f"{start}: crystal_open{head} xtal_body crystal_close\n"
 
 
 def crystal_grammar(space_groups: Iterable[int] | None = None, frac_digits: int = 4,

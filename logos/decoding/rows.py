@@ -275,10 +275,14 @@ class SmilesRow(RowConstraint):
 
 
 class CompositionRow(RowConstraint):
-    """A crystal row against its prompt's composition (:mod:`logos.decoding.composition`), and the crystal it closes:
+    """A crystal row against its composition header (:mod:`logos.decoding.composition`), and the crystal it closes:
     the closing tag is accepted only when the sites add up to the composition and the decoded crystal is one every
-    reader accepts (:func:`logos.decoding.crystal_check.crystal_problem`). With a composition, sites are fully
-    occupied (no ``<Occ>``), so every site uses up atoms and the row ends within :meth:`budget`."""
+    reader accepts (:func:`logos.decoding.crystal_check.crystal_problem`). The header is the prompt's (crystal
+    structure prediction) or, unconditionally, the model's own: written canonically (elements in alphabetical order,
+    whole counts) and ended by the space-group tag only when its sites fit in the budget left. With a composition,
+    sites are fully occupied (no ``<Occ>``), so every site uses up atoms and the row ends within :meth:`budget`."""
+
+    MAX_ATOMS = 24  # the largest cell an unconditional row may declare in its header
 
     def __init__(self, table, prompt_text: str):
         from logos.decoding.composition import CompositionRows
@@ -287,6 +291,8 @@ class CompositionRow(RowConstraint):
         self.close_id, self.occ_id = table.id.get("<CrystalE>"), table.id.get("<Occ>")
         self.text = prompt_text
         self.target = CompositionRows._target(prompt_text)
+        self.header = self.target is None and prompt_text.endswith("<CrystalS>")  # the model writes the header
+        self.head = ""
         self.closings_refused = 0
 
     def fork(self) -> "CompositionRow":
@@ -294,20 +300,32 @@ class CompositionRow(RowConstraint):
         new.__dict__.update(self.__dict__)
         return new
 
+    @staticmethod
+    def need(atoms: int) -> int:
+        """Tokens a crystal of ``atoms`` atoms can need after its header: the space group, the lattice and one site
+        per atom at most, each with three coordinates (digits are single tokens at worst), whatever the group."""
+        return 64 + 32 * atoms
+
     def budget(self, default: int) -> int:
-        """Tokens a crystal of the prompt's composition can need: the lattice and one site per atom at most, each
-        with three coordinates (digits are single tokens at worst), whatever the space group."""
+        if self.header:
+            return max(default, 32 + self.need(self.MAX_ATOMS))
         if self.target is None:
             return default
-        atoms = sum(self.target.values())
-        return 64 + 32 * atoms
+        return self.need(sum(self.target.values()))
 
     def check(self, token: int, remaining: int = 1 << 30) -> bool:
         from logos.decoding.composition import feasible
 
+        piece = self.table.text[token]
+        if self.header:
+            if not piece.startswith("<sg"):
+                return _header_prefix_ok(self.head + piece, self.MAX_ATOMS)
+            target = _header_counts(self.head)
+            return target is not None and self.need(sum(target.values())) <= remaining and \
+                feasible(target, self.text + piece, False)
         if self.target is not None and token == self.occ_id:
             return False  # partial occupancy cannot add up to a composition of whole atoms
-        text = self.text + self.table.text[token]
+        text = self.text + piece
         final = token == self.close_id
         if self.target is not None and not feasible(self.target, text, final):
             return False
@@ -322,7 +340,60 @@ class CompositionRow(RowConstraint):
         return True
 
     def advance(self, token: int) -> None:
-        self.text += self.table.text[token]
+        piece = self.table.text[token]
+        if self.header:
+            if piece.startswith("<sg"):
+                self.target, self.header = _header_counts(self.head), False
+            else:
+                self.head += piece
+        self.text += piece
+
+
+_HEAD_PAIR = re.compile(r"([A-Z][a-z]?)([0-9]*)")
+
+
+@functools.lru_cache(maxsize=None)
+def _elements() -> tuple[str, ...]:
+    from logos.decoding.crystal_rules import ELEMENTS
+
+    return ELEMENTS
+
+
+def _header_prefix_ok(head: str, max_atoms: int) -> bool:
+    """Whether ``head`` can begin a canonical whole-count composition header (``Cl4Na4``: alphabetical, each element
+    once, counts 1-99) of at most ``max_atoms`` atoms."""
+    pairs = _HEAD_PAIR.findall(head)
+    if "".join(el + n for el, n in pairs) != head:
+        return False
+    previous, atoms = "", 0
+    for k, (el, n) in enumerate(pairs):
+        last = k == len(pairs) - 1
+        if n:
+            if el not in _elements() or el <= previous or n[0] == "0" or len(n) > 2:
+                return False
+            atoms += int(n)
+        elif not last:
+            return False
+        elif not any(e.startswith(el) and e > previous for e in _elements()):
+            return False  # no element can still be spelled from here in order
+        previous = el
+    return atoms <= max_atoms
+
+
+def _header_counts(head: str) -> dict[str, int] | None:
+    """The counts of a finished header the model wrote, or None when it is not a canonical whole-count one."""
+    from logos.science.materials.parse import composition_text, parse_composition
+    from logos.util.records import RecordError
+
+    if not head or not _header_prefix_ok(head, CompositionRow.MAX_ATOMS) or not head[-1].isdigit():
+        return None
+    try:
+        counts = parse_composition(head)
+    except RecordError:
+        return None
+    if composition_text(counts) != head:
+        return None
+    return {el: int(round(v)) for el, v in counts.items()}
 
 
 class CopyRow(RowConstraint):

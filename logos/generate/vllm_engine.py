@@ -469,6 +469,8 @@ def _valid(task, prompt_text: str, text: str, table) -> str | None:
         from logos.decoding.composition import CompositionRows
 
         rows = CompositionRows(table, [prompt_text])
+        if rows.targets[0] is None and prompt_text.endswith("<CrystalS>"):  # unconditional: the model's own header
+            rows = CompositionRows(table, [prompt_text + text])
         if not rows.feasible(0, text, final=True):
             return "composition"
     return None

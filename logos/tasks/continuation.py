@@ -61,6 +61,8 @@ def continuation_rule(task: Task, prompt: Prompt) -> str:
     if name == "ligand":
         return "molecule"
     if name == "crystal":
+        if text.endswith("<CrystalS>"):  # unconditional: the model writes the composition header
+            return "XTAL_COMP xtal_body crystal_close"
         m = re.search(r"<sg(\d+)>$", text)
         if m is None:
             return "xtal_body crystal_close"
