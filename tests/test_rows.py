@@ -258,3 +258,25 @@ def test_a_fixed_wyckoff_position_holds_one_site():
     assert feasible({"Ti": 2, "O": 3}, head + " Ti<wa>", final=False)  # b is left for the second
     head = "<CrystalS>O3Ti3<sg221>3.905"
     assert not feasible({"Ti": 3, "O": 3}, head + " Ti<wa>", final=False)  # 2 more: only b (1) is left of size 1
+
+
+def test_fixed_positions_are_not_shared_between_elements():
+    """Pm-3m (221) has two positions of multiplicity 1 (a, b) and no other way to place a single atom: three
+    elements of count 1 can never all be placed, two can."""
+    from logos.decoding.composition import feasible
+
+    assert feasible({"In": 1, "Rh": 1, "Cl": 3}, "<CrystalS>Cl3In1Rh1<sg221>4.0", final=False)
+    assert not feasible({"In": 1, "Rh": 1, "Ta": 1}, "<CrystalS>In1Rh1Ta1<sg221>4.0", final=False)
+
+
+def test_no_new_site_starts_once_every_atom_is_placed():
+    """P4mm (99), ``b`` has one free coordinate: after ``Sb<wb> 0.5043`` every atom of Li2SbSi is placed, so a space
+    (which the grammar allows: a site token begins with one) would start a site no atom is left for."""
+    from logos.decoding.composition import feasible
+
+    text = "<CrystalS>Li2Sb1Si1<sg99>4.070 4.070 Li<wa> 0.0000 Si<wa> 0.4989 Li<wb> 0.0049 Sb<wb>"
+    target = {"Li": 2, "Sb": 1, "Si": 1}
+    assert feasible(target, text + " 0.5043", final=False)
+    assert feasible(target, text + " ", final=False)  # the space before the coordinate
+    assert not feasible(target, text + " 0.5043 ", final=False)
+    assert feasible(target, text + " 0.5043", final=True)

@@ -9,6 +9,9 @@ molecule spans (same ``check`` / ``advance`` interface, one candidate token at a
 - an element may start only when the composition still has atoms of it left;
 - ``El<wX>`` is accepted only when the position's multiplicity fits in what is left of ``El`` and the
   rest can still be filled with the group's multiplicities;
+- a position with no free coordinate holds one site (a second would coincide with it), and what is
+  left of every element must still be placeable at once: on positions with free coordinates, any
+  number of times, and on the unused fixed positions, none shared between elements;
 - ``<CrystalE>`` is accepted only when every element's count is reached exactly.
 
 Rows whose prompt has no composition header, and sites with partial occupancy (``<Occ>``), are not
@@ -18,6 +21,7 @@ counted (the writer still checks them).
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 
 from logos.science.materials.parse import parse_composition
@@ -61,6 +65,26 @@ def _fillable(sg: int, unused_fixed: frozenset[int], limit: int) -> frozenset[in
     return frozenset(reach)
 
 
+@functools.lru_cache(maxsize=65536)
+def _assignable(sg: int, unused_fixed: frozenset[int], counts: tuple[int, ...]) -> bool:
+    """Whether atom counts of distinct elements can all be placed at once: each on positions with free coordinates
+    (any number of times) and a set of the unused fixed positions, no fixed position shared between elements."""
+    if not counts:
+        return True
+    if len(unused_fixed) > 12:  # not met by any group; a bound on the subsets tried
+        return all(c in _fillable(sg, unused_fixed, c) for c in counts)
+    first, rest = counts[0], counts[1:]
+    free_reach = _fillable(sg, frozenset(), first)
+    fixed = sorted(unused_fixed)
+    for size in range(len(fixed) + 1):
+        for subset in itertools.combinations(fixed, size):
+            used = sum(MULTIPLICITY[sg][k] for k in subset)
+            if used <= first and first - used in free_reach and \
+                    _assignable(sg, unused_fixed - frozenset(subset), rest):
+                return True
+    return False
+
+
 def feasible(target: dict[str, int], text: str, final: bool) -> bool:
     """Whether a crystal row's ``text`` can still end with exactly the composition ``target`` (``final``: it ends here)."""
     if "<Occ>" in text:
@@ -85,13 +109,18 @@ def feasible(target: dict[str, int], text: str, final: bool) -> bool:
             return False
     if final:
         return all(v == 0 for v in left.values())
-    fillable = _fillable(sg, fixed - used, max(target.values()))
-    if any(v not in fillable for v in left.values()):
+    if not _assignable(sg, frozenset(fixed - used), tuple(sorted(v for v in left.values() if v))):
         return False
     tail = body.rsplit(">", 1)[-1]
     partial = _PARTIAL_ELEMENT.search(tail)
     if partial and not any(el.startswith(partial.group(1)) and v > 0 for el, v in left.items()):
         return False
+    if tail[-1:].isspace() and not any(left.values()) and "<w" in body:
+        from logos.science.materials.wyckoff import position
+
+        letter = body.rsplit("<w", 1)[1][0]
+        if len(tail.split()) >= len(position(sg, letter).free):
+            return False  # the last site's coordinates are all written: the space starts a site no atom is left for
     return True
 
 

@@ -376,6 +376,8 @@ def _header_prefix_ok(head: str, max_atoms: int) -> bool:
             return False
         elif not any(e.startswith(el) and e > previous for e in _elements()):
             return False  # no element can still be spelled from here in order
+        else:
+            atoms += 1  # an element being written needs a count of at least 1
         previous = el
     return atoms <= max_atoms
 

@@ -42,12 +42,13 @@ MAX_SCAN = 256    # ... up to this many (grammar-allowed, before top-k/top-p)
 
 @dataclass(frozen=True)
 class Sampling:
-    """How to draw: temperature, top-k / top-p, the length budget and how many tokens before it to start closing."""
+    """How to draw: temperature, top-k / top-p, the length budget (0: the task's, or what its row constraints say
+    their prompts need) and how many tokens before it to start closing."""
 
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
-    max_new_tokens: int = 96
+    max_new_tokens: int = 0
     closing_slack: int = 8
 
 
