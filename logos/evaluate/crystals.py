@@ -181,29 +181,55 @@ def _matcher(**kw):
     return StructureMatcher(**kw)
 
 
-def _groups(structures: list) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = defaultdict(list)
-    for i, s in enumerate(structures):
-        out[s.composition.reduced_formula].append(i)
-    return out
+def _formula(item: Item) -> str:
+    """The reduced formula of an item, from its species (no pymatgen Structure built)."""
+    from pymatgen.core import Composition
+
+    counts: dict[str, float] = defaultdict(float)
+    for sp in item.species:
+        for el, occ in (sp.items() if isinstance(sp, dict) else [(sp, 1.0)]):
+            counts[el] += occ
+    return Composition(counts).reduced_formula
 
 
-def _distinct(structures: list, matcher) -> list[int]:
-    """Indices of the first structure of each StructureMatcher class (compared within formula groups)."""
-    keep = []
-    for members in _groups(structures).values():
-        firsts: list[int] = []
-        for i in members:
-            if not any(matcher.fit(structures[i], structures[j]) for j in firsts):
-                firsts.append(i)
-        keep += firsts
-    return sorted(keep)
+class _Comparer:
+    """StructureMatcher over sets of structures: each structure reduced once (primitive cell, Niggli), as
+    pymatgen's own ``group_structures`` does, and compared only with structures of the same reduced formula and the
+    same number of sites in the primitive cell (without supercells the matcher never matches across either). A
+    corpus of thousands of structures of one formula (Carbon-24) costs one reduction each, not one per pair."""
 
+    def __init__(self, matcher):
+        self.matcher = matcher
 
-def _found_in(structures: list, corpus: list, matcher) -> list[bool]:
-    groups = _groups(corpus)
-    return [any(matcher.fit(s, corpus[j]) for j in groups.get(s.composition.reduced_formula, []))
-            for s in structures]
+    def key_and_reduced(self, structure) -> tuple[tuple[str, int], object]:
+        reduced = self.matcher._get_reduced_structure(structure, self.matcher._primitive_cell, True)
+        return (structure.composition.reduced_formula, len(reduced)), reduced
+
+    def fit(self, a, b) -> bool:
+        try:
+            return self.matcher.fit(a, b, skip_structure_reduction=True)
+        except Exception:  # noqa: BLE001 - pymatgen raises on degenerate lattices: no match
+            return False
+
+    def distinct(self, structures: list) -> list[int]:
+        """Indices of the first structure of each matcher class."""
+        firsts: dict[tuple[str, int], list[tuple[int, object]]] = defaultdict(list)
+        for i, s in enumerate(ref.progress(structures, len(structures), "uniqueness", None)):
+            key, r = self.key_and_reduced(s)
+            if not any(self.fit(r, other) for _, other in firsts[key]):
+                firsts[key].append((i, r))
+        return sorted(i for group in firsts.values() for i, _ in group)
+
+    def found_in(self, structures: list, corpus: list[Item]) -> list[bool]:
+        """For each structure, whether it matches one of the corpus; only corpus items of a queried formula are built."""
+        queries = [self.key_and_reduced(s) for s in structures]
+        formulas = {k[0] for k, _ in queries}
+        pool: dict[tuple[str, int], list] = defaultdict(list)
+        wanted = [t for t in corpus if _formula(t) in formulas]
+        for t in ref.progress(wanted, len(wanted), "training structures of the same formulas", None):
+            key, r = self.key_and_reduced(to_structure(t))
+            pool[key].append(r)
+        return [any(self.fit(r, other) for other in pool.get(key, [])) for key, r in queries]
 
 
 def evaluate(items: list[Item], reference: list[Item] | None = None, train: list[Item] | None = None) -> dict:
@@ -230,11 +256,11 @@ def evaluate(items: list[Item], reference: list[Item] | None = None, train: list
                "validity": rate(valid) if n else None,
                "space_group_consistency": rate(sg), "multiplicity_consistency": rate(mult)}
     good = [to_structure(it) for it, ok in zip(items, valid) if ok]
-    matcher = _matcher()
-    distinct = _distinct(good, matcher) if good else []
+    compare = _Comparer(_matcher())
+    distinct = compare.distinct(good) if good else []
     m["uniqueness"] = len(distinct) / len(good) if good else None
     if train is not None:
-        seen = _found_in([good[i] for i in distinct], [to_structure(t) for t in train], matcher)
+        seen = compare.found_in([good[i] for i in distinct], train)
         m["novelty"] = (1 - sum(seen) / len(seen)) if seen else None
     if reference is not None:
         rs = [to_structure(r) for r in reference]
@@ -276,5 +302,4 @@ def evaluate_csp(candidates: list[Item], reference: list[Item], options: Crystal
 
 
 def contamination(reference: list[Item], train: list[Item]) -> int:
-    matcher = _matcher()
-    return sum(_found_in([to_structure(r) for r in reference], [to_structure(t) for t in train], matcher))
+    return sum(_Comparer(_matcher()).found_in([to_structure(r) for r in reference], train))
