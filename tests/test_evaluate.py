@@ -329,7 +329,8 @@ def test_pocket_precision_recall_and_dcc_on_a_hand_made_pocket():
     assert (m["dcc"], m["dcc_top_n2"], m["precision"]) == (0.0, 1.0, 0.0)
 
 
-def test_pocket_cli_on_a_real_complex(tmp_path):
+@pytest.mark.parametrize("ident", ["1ia1", "1ia1_protein.pdb"])  # the second: logos generate on 1ia1_protein.pdb
+def test_pocket_cli_on_a_real_complex(tmp_path, ident):
     from logos.evaluate.pockets import read_sites
 
     refs = tmp_path / "complexes"
@@ -344,7 +345,7 @@ def test_pocket_cli_on_a_real_complex(tmp_path):
     with open(pred, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["id", "chain", "res_num", "icode", "res_name"])
-        w.writerows([["1ia1#1", c, n, i, "X"] for c, n, i in truth[: len(truth) // 2]])
+        w.writerows([[f"{ident}#1", c, n, i, "X"] for c, n, i in truth[: len(truth) // 2]])
     assert _cli("--task", "pocket", "--predictions", pred, "--references", refs, "-o", tmp_path / "r") == 0
     m = json.loads((tmp_path / "r" / "metrics.json").read_text())["metrics"]
     assert m["precision"] == 1.0 and m["recall"] == pytest.approx((len(truth) // 2) / len(truth))
