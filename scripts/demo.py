@@ -46,21 +46,21 @@ def plans(samples: int | None, k: int, pocket_structure: Path) -> list[Plan]:
         return samples if samples is not None else default
 
     return [
-        Plan("molecule", "molecule", "Molecules, unconditional", "molecule.smi", n(32), temperature=0.8),
-        Plan("retro", "retro", f"Retrosynthesis of {k} USPTO-50k products", "retro.rsmi", n(5), "inputs/products.smi",
+        Plan("molecule", "molecule", "Molecules, unconditional", "molecule.smi", n(100), temperature=0.8),
+        Plan("retro", "retro", f"Retrosynthesis of {k} USPTO-50k products", "retro.rsmi", n(10), "inputs/products.smi",
              "inputs/reactions.rsmi"),
         Plan("forward", "forward", f"Forward prediction for {k} USPTO-50k reactant sets", "forward.rsmi", n(5),
              "inputs/reactants.smi", "inputs/reactions.rsmi"),
-        Plan("protein", "protein", "Proteins, unconditional", "protein.fasta", n(4)),
-        Plan("antibody", "antibody", "Antibody chains, unconditional", "antibody.fasta", n(2)),
+        Plan("protein", "protein", "Proteins, unconditional", "protein.fasta", n(8)),
+        Plan("antibody", "antibody", "Antibody chains, unconditional", "antibody.fasta", n(4)),
         Plan("pocket", "pocket", f"Binding-site search on {pocket_structure.name}", "pocket.pocket.csv", n(4),
              f"inputs/{pocket_structure.name}", f"inputs/{pocket_structure.name}"),
-        Plan("ligand", "ligand", "Ligands for the rank-1 predicted pocket", "ligand.sdf", n(8), "inputs/pocket_rank1.jsonl",
-             f"inputs/{pocket_structure.name}"),
-        Plan("crystal", "crystal", "Crystals, unconditional", "crystal.cif", n(8), None, "inputs/crystal_reference"),
-        Plan("csp", "crystal", f"Crystal structure prediction from {k} Perov-5 compositions", "csp.cif", n(4),
+        Plan("ligand", "ligand", "Ligands for the rank-1 predicted pocket", "ligand.sdf", n(8),
+             "inputs/pocket_rank1.jsonl", f"inputs/{pocket_structure.name}"),
+        Plan("crystal", "crystal", "Crystals, unconditional", "crystal.cif", n(16), None, "inputs/crystal_reference"),
+        Plan("csp", "crystal", f"Crystal structure prediction from {k} Perov-5 compositions", "csp.cif", n(10),
              "inputs/compositions.txt", "inputs/perov5_val.csv"),
-        Plan("mof", "mof", "Metal–organic frameworks, unconditional", "mof.json", n(4)),
+        Plan("mof", "mof", "Metal–organic frameworks, unconditional", "mof.json", n(8)),
     ]
 
 
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--checkpoint", default="checkpoints/logos-tiny")
     ap.add_argument("--out", default="demo_out")
     ap.add_argument("--samples", type=int, default=None, help="samples per step (default: each step's own)")
-    ap.add_argument("--inputs", type=int, default=3, help="inputs per conditional task (reactions, compositions)")
+    ap.add_argument("--inputs", type=int, default=4, help="inputs per conditional task (reactions, compositions)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     args = ap.parse_args(argv)

@@ -2,7 +2,7 @@
 # make demo: tokenize and detokenize sample files of every supported domain, then generate for every task
 # with the shipped multi-domain model (scripts/demo.py), score each output with logos evaluate and write
 # the report page OUT/index.html. Knobs: DEMO_OUT (default demo_out), CKPT (default checkpoints/logos-tiny),
-# DEMO_SAMPLES (samples per task, default each task's own), DEMO_INPUTS (inputs per conditional task, 3).
+# DEMO_SAMPLES (samples per task, default each task's own), DEMO_INPUTS (inputs per conditional task, 4).
 # Training a model from scratch is make demo-train (scripts/demo_train.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,6 +55,6 @@ head -2 "$OUT/reactions.jsonl" | tail -1 | cut -c1-200
 
 echo "== the model ($CKPT): generate for every task, score each output, write $OUT/index.html"
 $PY scripts/demo.py --checkpoint "$CKPT" --out "$OUT" ${DEMO_SAMPLES:+--samples "$DEMO_SAMPLES"} \
-    --inputs "${DEMO_INPUTS:-3}"
+    --inputs "${DEMO_INPUTS:-4}"
 
 echo "make demo: ${SECONDS} s in all; outputs in $OUT/, the page: $OUT/index.html"

@@ -69,9 +69,10 @@ def _uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
-def _img(png: bytes | None, alt: str, cls: str = "") -> str:
+def _img(png: bytes | None, alt: str, missing: str, cls: str = "") -> str:
+    """An inline picture, or ``missing`` in a red box when there is none."""
     if not png:
-        return f'<div class="noimg">{html.escape(alt)}</div>'
+        return f'<div class="noimg">{html.escape(missing)}</div>'
     return f'<img class="{cls}" alt="{html.escape(alt, quote=True)}" src="{_uri(png)}">'
 
 
@@ -347,6 +348,16 @@ def _link(rel: str, label: str | None = None) -> str:
     return f'<a href="{html.escape(rel, quote=True)}">{_e(label or rel)}</a>'
 
 
+def _output_link(root: Path, rel: str) -> str:
+    """A link to an output: the file, else the folder a ``.cif`` output became, else its name marked missing."""
+    path = root / rel
+    if path.exists():
+        return _link(rel)
+    if path.with_suffix("").is_dir():
+        return _link(Path(rel).with_suffix("").as_posix() + "/")
+    return f'{_e(rel)} <span class="no">(not written)</span>'
+
+
 def _table(header: list[str], rows: list[list[str]], numeric: set[int] = frozenset()) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>"
@@ -373,13 +384,14 @@ class _Page:
             self.sections.append((anchor, title, body))
 
 
-def _summary(steps: list[Step]) -> str:
+def _summary(root: Path, steps: list[Step]) -> str:
     rows = []
     for s in steps:
         status = f'<span class="no">failed: {_e(s.error)}</span>' if s.error else ""
         rows.append([_e(s.name), _e(s.title) + (f"<br>{status}" if status else ""),
-                     _link(s.input) if s.input else "–", _num(s.generated), f"{s.written} ({_pct(s.written_share)})",
-                     _pct(s.valid), f"{s.seconds:.1f}", _link(s.output)])
+                     _output_link(root, s.input) if s.input else "–", _num(s.generated),
+                     f"{s.written} ({_pct(s.written_share)})",
+                     _pct(s.valid), f"{s.seconds:.1f}", _output_link(root, s.output)])
     return _table(["step", "what", "input", "samples", "written", "valid", "seconds", "output"], rows, {3, 4, 5, 6})
 
 
@@ -390,12 +402,13 @@ def _molecules(page: _Page) -> str:
         cards = []
         for r in recs:
             smi = ".".join(_spans(r["text"], "Molecule"))
-            cards.append(f'<div class="card">{_img(molecule_png(smi), "RDKit cannot parse this SMILES")}'
+            cards.append(f'<div class="card">{_img(molecule_png(smi), smi, "RDKit cannot parse this SMILES")}'
                          f'<div class="smi">{_e(smi or r["text"][:120])}</div>'
                          f'<div class="meta">rank {r.get("rank")} · log p {_num(r.get("logprob"), 1)}'
                          f'{"" if r.get("written") else " · <b>not written</b>"}</div></div>')
         out.append(f"<h3>{_e(s.title)}</h3><p class='small'>{len(recs)} of {s.generated} samples shown, "
-                   f"ranked by likelihood; file: {_link(s.output)}</p><div class='grid'>{''.join(cards)}</div>")
+                   f"ranked by likelihood; file: {_output_link(page.root, s.output)}</p>"
+                   f"<div class='grid'>{''.join(cards)}</div>")
     return "".join(out)
 
 
@@ -437,17 +450,19 @@ def _reactions(page: _Page) -> str:
                 png = reaction_png(answer, given) if retro else reaction_png(given, answer)
                 mark = (' <span class="ok">= recorded answer</span>' if hit else "") if want else ""
                 rows.append(f'<div class="rxn"><b>rank {r.get("rank")}</b> · log p {_num(r.get("logprob"), 1)}'
-                            f'{mark}<br>{_img(png, "RDKit cannot draw this reaction: " + answer)}'
+                            f'{mark}<br>{_img(png, answer, "RDKit cannot draw this reaction")}'
                             f'<div class="small">{_e(answer)}</div></div>')
             rec_line = ""
             if known:
-                rec_line = (f'<div class="rxn recorded"><b>recorded reaction</b> (USPTO)<br>'
-                            f'{_img(reaction_png(*known), "RDKit cannot draw the recorded reaction")}</div>')
+                rec_line = ('<div class="rxn recorded"><b>recorded reaction</b> (USPTO)<br>'
+                            + _img(reaction_png(*known), ">>".join(known), "RDKit cannot draw the recorded reaction")
+                            + "</div>")
             what = "product" if retro else "reactants"
             blocks.append(f"<h3>{_e(ident)}: {what} <code>{_e(given)}</code></h3>{rec_line}{''.join(rows)}")
         note = ("Each prediction is drawn as the reaction it proposes: predicted reactants → the given product."
                 if retro else "Each prediction is drawn as given reactants → predicted product.")
-        out.append(f"<h3>{_e(s.title)}</h3><p class='small'>{note} File: {_link(s.output)}</p>{''.join(blocks)}")
+        out.append(f"<h3>{_e(s.title)}</h3><p class='small'>{note} File: {_output_link(page.root, s.output)}</p>"
+                   + "".join(blocks))
     return "".join(out)
 
 
@@ -472,7 +487,7 @@ def _proteins(page: _Page) -> str:
                 items.append(f"<p class='small'>rank {r.get('rank')} · {len(chain)} residues · log p "
                              f"{_num(r.get('logprob'), 1)}</p>{_wrap_sequence(chain)}")
         out.append(f"<h3>{_e(s.title)}</h3><p class='small'>{len(recs)} of {s.generated} shown; file: "
-                   f"{_link(s.output)}</p>{''.join(items)}")
+                   f"{_output_link(page.root, s.output)}</p>{''.join(items)}")
     return "".join(out)
 
 
@@ -523,11 +538,12 @@ def _pockets(page: _Page) -> str:
                 name = f"chain {chain.name}" if chain is not None else f"chain {k + 1}"
                 blocks.append(f"<p><b>{_e(r['id'])}</b>, {name} ({len(seq)} residues; numbers are positions in the "
                               f"chain): {counts}</p>{_wrap_sequence(seq, classes)}")
-        legend = ('<p class="small">Legend: <span class="both">&nbsp;X&nbsp;</span> predicted and in the true pocket · '
-                  '<span class="pred">&nbsp;X&nbsp;</span> predicted only · <span class="true">&nbsp;X&nbsp;</span> true '
-                  'pocket, not predicted.</p>')
-        out.append(f"<h3>{_e(s.title)}</h3><p class='small'>Input {_link(s.input) if s.input else ''}; the "
-                   f"rank-1 answer; file: {_link(s.output)}</p>{legend}{note}{''.join(blocks)}")
+        legend = ('<p class="small">Legend: <span class="both">&nbsp;X&nbsp;</span> predicted and in the true '
+                  'pocket · <span class="pred">&nbsp;X&nbsp;</span> predicted only · '
+                  '<span class="true">&nbsp;X&nbsp;</span> true pocket, not predicted.</p>')
+        given = _output_link(page.root, s.input) if s.input else "–"
+        out.append(f"<h3>{_e(s.title)}</h3><p class='small'>Input {given}; the rank-1 answer; file: "
+                   f"{_output_link(page.root, s.output)}</p>{legend}{note}{''.join(blocks)}")
     return "".join(out)
 
 
@@ -539,11 +555,12 @@ def _ligands(page: _Page) -> str:
         for r in recs:
             mols = _spans(r["text"].rsplit("<ProteinE>", 1)[-1], "Molecule")
             smi = mols[-1] if mols else ""
-            cards.append(f'<div class="card">{_img(molecule_png(smi), "RDKit cannot parse this SMILES")}'
+            cards.append(f'<div class="card">{_img(molecule_png(smi), smi, "RDKit cannot parse this SMILES")}'
                          f'<div class="smi">{_e(smi)}</div><div class="meta">{_e(r["id"])} · rank {r.get("rank")} · '
                          f'log p {_num(r.get("logprob"), 1)}</div></div>')
-        out.append(f"<h3>{_e(s.title)}</h3><p class='small'>Input: {_link(s.input) if s.input else '–'}; file: "
-                   f"{_link(s.output)}</p><div class='grid'>{''.join(cards)}</div>")
+        given = _output_link(page.root, s.input) if s.input else "–"
+        out.append(f"<h3>{_e(s.title)}</h3><p class='small'>Input: {given}; file: "
+                   f"{_output_link(page.root, s.output)}</p><div class='grid'>{''.join(cards)}</div>")
     return "".join(out)
 
 
@@ -584,7 +601,7 @@ def _crystal_row(root: Path, cif: Path) -> list[str]:
     lat = structure.lattice
     lattice = (f"{lat.a:.3f} {lat.b:.3f} {lat.c:.3f}<br>{lat.alpha:.2f} {lat.beta:.2f} {lat.gamma:.2f}")
     try:
-        picture = _img(cell_png(structure), structure.composition.reduced_formula, "cell")
+        picture = _img(cell_png(structure), structure.composition.reduced_formula, "", "cell")
     except Exception as e:
         picture = f'<div class="noimg">cannot draw: {_e(e)}</div>'
     return [link, _e(structure.composition.reduced_formula), f"{_stated_group(text)} / {_e(found)}", lattice,
@@ -595,13 +612,13 @@ def _crystals(page: _Page) -> str:
     out = []
     for s in page.step("crystal"):
         files = _cif_files(page.root, s.output)
-        rows = [_crystal_row(page.root, f) for f in files[:8]]
+        rows = [_crystal_row(page.root, f) for f in files[:12]]
         missing = s.generated - s.written
         note = f" {missing} sample(s) did not become a CIF (see the errors file)." if missing > 0 else ""
         out.append(f"<h3>{_e(s.title)}</h3><p class='small'>{len(rows)} of {len(files)} CIFs shown (read with "
                    f"pymatgen; space group as stated in the CIF / as spglib finds it at 0.1 Å).{note}</p>"
-                   + _table(["CIF", "formula", "space group (stated / found)", "a b c (Å) · α β γ (°)", "volume (Å³)",
-                             "density (g/cm³)", "unit cell"], rows))
+                   + _table(["CIF", "formula", "space group (stated / found)", "a b c (Å) · α β γ (°)",
+                             "volume (Å³)", "density (g/cm³)", "unit cell"], rows))
     return "".join(out)
 
 
@@ -619,13 +636,14 @@ def _mofs(page: _Page) -> str:
                 blocks.append(f"<p class='bad'>rank {r.get('rank')}: not a MOF text ({_e(e)})</p>")
                 continue
             metals = _node_metals(node)
-            cards = "".join(f'<div class="card">{_img(molecule_png(smi), "RDKit cannot parse this linker")}'
+            cards = "".join(f'<div class="card">{_img(molecule_png(smi), smi, "RDKit cannot parse this linker")}'
                             f'<div class="smi">{_e(smi)}</div></div>' for smi in linkers[:6])
             more = f"<p class='small'>… and {len(linkers) - 6} more linkers</p>" if len(linkers) > 6 else ""
             blocks.append(f"<p><b>rank {r.get('rank')}</b> · log p {_num(r.get('logprob'), 1)} · node "
                           f"<code>{_e(node)}</code> · metal: {_e(', '.join(metals) or 'none')} · "
                           f"{len(linkers)} linker(s)</p><div class='grid'>{cards}</div>{more}")
-        out.append(f"<h3>{_e(s.title)}</h3><p class='small'>File: {_link(s.output)}</p>{''.join(blocks)}")
+        out.append(f"<h3>{_e(s.title)}</h3><p class='small'>File: {_output_link(page.root, s.output)}</p>"
+                   + "".join(blocks))
     return "".join(out)
 
 
@@ -661,9 +679,10 @@ def _training(checkpoint: Path | None, root: Path) -> str:
             facts.append(f"{last['elapsed_s'][1] / 3600:.2f} h")
         if "val_loss" in last:
             facts.append(f"last validation loss {_num(last['val_loss'][1])} (step {int(last['val_loss'][0]):,})")
-        parts.append(f"<p>{_e(' · '.join(f for f in facts if f))}</p>" + _img(png, "no loss column", "loss"))
+        parts.append(f"<p>{_e(' · '.join(f for f in facts if f))}</p>"
+                     + _img(png, "training and validation loss per domain", "no loss column in metrics.csv", "loss"))
     else:
-        parts.append(f"<p class='small'>The checkpoint has no metrics.csv.</p>")
+        parts.append("<p class='small'>The checkpoint has no metrics.csv.</p>")
     for name in ("results.md", "README.md"):
         f = checkpoint / name
         if f.is_file():
@@ -686,7 +705,7 @@ def _metrics(page: _Page) -> str:
             ref = f" against {_e(s.reference)}" if s.reference and name == s.name else ""
             out.append(f"<div style='display:inline-block;vertical-align:top;margin-right:24px'><h3>{_e(name)}</h3>"
                        f"<p class='small'>logos evaluate --task {_e(name if name in _EVAL_TASKS else s.task)}{ref}"
-                       f"{' · ' + _link(report, 'report') if report else ''}</p>"
+                       f"{' · ' + _output_link(page.root, report) if report else ''}</p>"
                        + _table(["metric", "value"], rows, {1}) + "</div>")
     return "".join(out) or "<p class='small'>No metrics were computed.</p>"
 
@@ -711,7 +730,7 @@ def write_page(root: Path, steps: list[Step], checkpoint: Path | None = None, ti
     """Write ``root/page_name`` for ``steps`` (outputs under ``root``) and return its path."""
     root = Path(root)
     page = _Page(root, steps)
-    page.add("summary", "Run summary", lambda: _summary(steps))
+    page.add("summary", "Run summary", lambda: _summary(root, steps))
     page.add("molecules", "Molecules", lambda: _molecules(page))
     page.add("reactions", "Reactions", lambda: _reactions(page))
     page.add("proteins", "Proteins and antibodies", lambda: _proteins(page))
