@@ -162,8 +162,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     args = ap.parse_args(argv)
 
+    from transformers.utils import logging as hf_logging
+
     from logos.evaluate.page import Step, write_page
     from logos.generate import GenerateOptions, Sampling, generate
+
+    hf_logging.disable_progress_bar()  # transformers' "Loading weights" bar, once per step: noise here
 
     t_start = time.perf_counter()
     out = Path(args.out)

@@ -76,7 +76,7 @@ def _img(png: bytes | None, alt: str, missing: str, cls: str = "") -> str:
     return f'<img class="{cls}" alt="{html.escape(alt, quote=True)}" src="{_uri(png)}">'
 
 
-def molecule_png(smiles: str, size: tuple[int, int] = (260, 200)) -> bytes | None:
+def molecule_png(smiles: str, size: tuple[int, int] = (236, 180)) -> bytes | None:
     """An RDKit depiction of ``smiles`` as PNG bytes, or None when RDKit cannot parse it."""
     from rdkit import Chem, RDLogger
     from rdkit.Chem.Draw import rdMolDraw2D
@@ -92,7 +92,7 @@ def molecule_png(smiles: str, size: tuple[int, int] = (260, 200)) -> bytes | Non
     return drawer.GetDrawingText()
 
 
-def reaction_png(reactants: str, product: str, size: tuple[int, int] = (1000, 210)) -> bytes | None:
+def reaction_png(reactants: str, product: str, size: tuple[int, int] = (600, 180)) -> bytes | None:
     """An RDKit depiction of ``reactants >> product`` (dot-separated SMILES), or None when one side does not parse."""
     from rdkit import Chem, RDLogger
     from rdkit.Chem import rdChemReactions
@@ -145,7 +145,7 @@ def element_color(symbol: str) -> tuple[float, float, float]:
     return _JMOL.get(symbol, (0.6, 0.6, 0.6))
 
 
-def cell_png(structure, size_in: float = 2.6) -> bytes:
+def cell_png(structure, size_in: float = 2.0) -> bytes:
     """A matplotlib 3D drawing of a pymatgen ``Structure``'s unit cell: the cell box and its atoms by element.
 
     Atoms on a face, edge or corner are drawn at each of their periodic images inside the box."""
@@ -299,11 +299,13 @@ section{background:#fff;border:1px solid #d9dee6;border-radius:8px;padding:14px 
 h2{margin:0 0 10px;font-size:20px;color:#1f3b5c} h3{font-size:15px;margin:14px 0 6px}
 table{border-collapse:collapse;margin:6px 0 10px} th,td{border:1px solid #d9dee6;padding:4px 9px;text-align:left;
 vertical-align:middle} th{background:#eef2f7} td.num{text-align:right;font-variant-numeric:tabular-nums}
-.grid{display:flex;flex-wrap:wrap;gap:10px}
-.card{border:1px solid #e1e5eb;border-radius:6px;padding:6px;width:262px;background:#fff}
-.card img{display:block;width:260px;height:200px} .card .smi{font:11px monospace;word-break:break-all;color:#333}
+.grid{display:flex;flex-wrap:wrap;gap:8px}
+.card{border:1px solid #e1e5eb;border-radius:6px;padding:4px;width:246px;box-sizing:border-box;background:#fff}
+.card img{display:block;width:236px;height:180px} .card .smi{font:11px monospace;word-break:break-all;color:#333}
 .card .meta{font-size:12px;color:#667}
-.rxn{border:1px solid #e1e5eb;border-radius:6px;padding:8px;margin:8px 0} .rxn img{max-width:100%}
+.rxns{display:flex;flex-wrap:wrap;gap:8px;margin-bottom:14px}
+.rxn{border:1px solid #e1e5eb;border-radius:6px;padding:5px;width:612px;box-sizing:border-box}
+.rxn img{display:block;width:600px;height:180px}
 .rxn.recorded{background:#f3f6fa}
 .seq{font:13px/1.7 monospace;word-break:break-all;background:#fafbfc;border:1px solid #e1e5eb;padding:8px;
 border-radius:4px}
@@ -317,7 +319,7 @@ color:#8a1f1f;font-size:12px;text-align:center;border-radius:4px;padding:4px}
 .files{columns:3;font:12px monospace} .files a{color:#1f5fa8}
 pre.card-md{white-space:pre-wrap;font:12px/1.4 monospace;background:#fafbfc;border:1px solid #e1e5eb;padding:10px;
 max-height:420px;overflow:auto}
-img.cell{width:234px;height:234px} img.loss{max-width:100%}
+img.cell{width:180px;height:180px} img.loss{max-width:100%}
 .small{font-size:12px;color:#667}
 """
 
@@ -396,18 +398,26 @@ def _summary(root: Path, steps: list[Step]) -> str:
 
 
 def _molecules(page: _Page) -> str:
+    from logos.science.chemistry import canonical
+
     out = []
     for s in page.step("molecule"):
-        recs = _samples(page.root / s.samples)[:24]
-        cards = []
+        recs = _samples(page.root / s.samples)
+        distinct: dict[str, list[dict]] = {}  # canonical SMILES (or the raw text) -> its samples, best first
         for r in recs:
             smi = ".".join(_spans(r["text"], "Molecule"))
+            distinct.setdefault(canonical(smi) or smi or r["text"], []).append(r)
+        cards = []
+        for key, group in list(distinct.items())[:30]:
+            r = group[0]
+            smi = ".".join(_spans(r["text"], "Molecule"))
+            times = f" · sampled {len(group)}×" if len(group) > 1 else ""
             cards.append(f'<div class="card">{_img(molecule_png(smi), smi, "RDKit cannot parse this SMILES")}'
                          f'<div class="smi">{_e(smi or r["text"][:120])}</div>'
-                         f'<div class="meta">rank {r.get("rank")} · log p {_num(r.get("logprob"), 1)}'
+                         f'<div class="meta">rank {r.get("rank")} · log p {_num(r.get("logprob"), 1)}{times}'
                          f'{"" if r.get("written") else " · <b>not written</b>"}</div></div>')
-        out.append(f"<h3>{_e(s.title)}</h3><p class='small'>{len(recs)} of {s.generated} samples shown, "
-                   f"ranked by likelihood; file: {_output_link(page.root, s.output)}</p>"
+        out.append(f"<h3>{_e(s.title)}</h3><p class='small'>{len(cards)} of the {len(distinct)} distinct molecules "
+                   f"among {len(recs)} samples, most likely first; file: {_output_link(page.root, s.output)}</p>"
                    f"<div class='grid'>{''.join(cards)}</div>")
     return "".join(out)
 
@@ -436,7 +446,7 @@ def _reactions(page: _Page) -> str:
         for r in _samples(page.root / s.samples):
             by_id.setdefault(r["id"], []).append(r)
         blocks = []
-        for ident, recs in list(by_id.items())[:4]:
+        for ident, recs in list(by_id.items())[:3]:
             recs = sorted(recs, key=lambda r: r.get("rank", 0))
             head = recs[0]["text"].split("<ReverseReact>" if retro else "<React>")[0]
             given = ".".join(_spans(head, "Molecule"))
@@ -456,13 +466,15 @@ def _reactions(page: _Page) -> str:
             if known:
                 rec_line = ('<div class="rxn recorded"><b>recorded reaction</b> (USPTO)<br>'
                             + _img(reaction_png(*known), ">>".join(known), "RDKit cannot draw the recorded reaction")
-                            + "</div>")
+                            + f'<div class="small">{_e(known[0] if retro else known[1])}</div></div>')
             what = "product" if retro else "reactants"
-            blocks.append(f"<h3>{_e(ident)}: {what} <code>{_e(given)}</code></h3>{rec_line}{''.join(rows)}")
+            blocks.append(f"<h3>{_e(ident)}: {what} <code>{_e(given)}</code></h3>"
+                          f"<div class='rxns'>{rec_line}{''.join(rows)}</div>")
         note = ("Each prediction is drawn as the reaction it proposes: predicted reactants → the given product."
                 if retro else "Each prediction is drawn as given reactants → predicted product.")
-        out.append(f"<h3>{_e(s.title)}</h3><p class='small'>{note} File: {_output_link(page.root, s.output)}</p>"
-                   + "".join(blocks))
+        shown = f"{len(blocks)} of {len(by_id)} inputs shown, the three most likely answers each. "
+        out.append(f"<h3>{_e(s.title)}</h3><p class='small'>{shown}{note} File: "
+                   f"{_output_link(page.root, s.output)}</p>" + "".join(blocks))
     return "".join(out)
 
 
@@ -612,10 +624,14 @@ def _crystals(page: _Page) -> str:
     out = []
     for s in page.step("crystal"):
         files = _cif_files(page.root, s.output)
-        rows = [_crystal_row(page.root, f) for f in files[:12]]
+        which = "CIFs"
+        if s.input:  # structure prediction: the most likely candidate of each composition (files NNNNNN_ID_1.cif)
+            files = [f for f in files if f.stem.endswith("_1")] or files
+            which = "compositions' most likely candidates"
+        rows = [_crystal_row(page.root, f) for f in files[:8]]
         missing = s.generated - s.written
         note = f" {missing} sample(s) did not become a CIF (see the errors file)." if missing > 0 else ""
-        out.append(f"<h3>{_e(s.title)}</h3><p class='small'>{len(rows)} of {len(files)} CIFs shown (read with "
+        out.append(f"<h3>{_e(s.title)}</h3><p class='small'>{len(rows)} of {len(files)} {which} shown (read with "
                    f"pymatgen; space group as stated in the CIF / as spglib finds it at 0.1 Å).{note}</p>"
                    + _table(["CIF", "formula", "space group (stated / found)", "a b c (Å) · α β γ (°)",
                              "volume (Å³)", "density (g/cm³)", "unit cell"], rows))
@@ -697,20 +713,25 @@ def _training(checkpoint: Path | None, root: Path) -> str:
 
 
 def _metrics(page: _Page) -> str:
-    out = []
+    tables, figures = [], []
     for s in page.steps:
         for name, metrics in s.metrics.items():
             rows = [[_e(k), _num(v)] for k, v in metrics.items() if not isinstance(v, (dict, list))]
             report = s.reports.get(name)
             ref = f" against {_e(s.reference)}" if s.reference and name == s.name else ""
-            out.append(f"<div style='display:inline-block;vertical-align:top;margin-right:24px'><h3>{_e(name)}</h3>"
-                       f"<p class='small'>logos evaluate --task {_e(name if name in _EVAL_TASKS else s.task)}{ref}"
-                       f"{' · ' + _output_link(page.root, report) if report else ''}</p>"
-                       + _table(["metric", "value"], rows, {1}) + "</div>")
-    return "".join(out) or "<p class='small'>No metrics were computed.</p>"
-
-
-_EVAL_TASKS = ("molecule", "retro", "forward", "protein", "pocket", "ligand", "crystal", "csp", "mof")
+            tables.append(f"<div style='display:inline-block;vertical-align:top;margin-right:24px'><h3>{_e(name)}</h3>"
+                          f"<p class='small'>{_e(s.output)}{ref}"
+                          f"{' · ' + _output_link(page.root, report) if report else ''}</p>"
+                          + _table(["metric", "value"], rows, {1}) + "</div>")
+            folder = (page.root / report).parent if report else None
+            pngs = sorted(folder.glob("*.png")) if folder is not None and folder.is_dir() else []
+            for png in (p for p in pngs if p.stem != "molecules"):  # the molecule grid above shows those
+                figures.append(f"<h3>{_e(name)}: {_e(png.stem)}</h3>"
+                               + _img(png.read_bytes(), f"{name} {png.stem}", "figure missing", "loss"))
+    if not tables:
+        return "<p class='small'>No metrics were computed.</p>"
+    return ("<p class='small'>Each output scored by <code>logos.evaluate</code> (the code of <code>logos evaluate"
+            "</code>), with its report.</p>" + "".join(tables) + "".join(figures))
 
 
 def _files(root: Path, page_name: str) -> str:
