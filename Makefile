@@ -57,7 +57,7 @@ fuzz: $(VENV_OK)
 # Every domain tokenized and detokenized, every generate task on checkpoints/logos-tiny (CKPT=...), each output
 # scored, demo_out/index.html (opens from disk). DEMO_SAMPLES=1 DEMO_INPUTS=1: a quick run.
 demo: $(VENV_OK)
-	@if [ $$(stat -c %Y $(VENV_OK)) -ge $(MAKE_T0) ]; then \
+	@if [ $$(stat -c %Y $(VENV_OK)) -gt $(MAKE_T0) ] && [ -f .venv/.build-seconds ]; then \
 		echo "make demo: built .venv/ in $$(cat .venv/.build-seconds) s"; else echo "make demo: .venv/ already built"; fi
 	bash scripts/demo.sh
 

@@ -676,6 +676,15 @@ def _node_metals(node: str) -> list[str]:
     return out
 
 
+def _flatten(doc, prefix: str = "") -> list[tuple[str, object]]:
+    """(dotted key, scalar) pairs of a JSON document."""
+    if isinstance(doc, dict):
+        return [kv for k, v in doc.items() for kv in _flatten(v, f"{prefix}{k}.")]
+    if isinstance(doc, list):
+        return [kv for i, v in enumerate(doc) for kv in _flatten(v, f"{prefix}{i}.")]
+    return [(prefix.rstrip("."), doc)]
+
+
 def _training(checkpoint: Path | None, root: Path) -> str:
     if checkpoint is None:
         return ""
@@ -699,10 +708,16 @@ def _training(checkpoint: Path | None, root: Path) -> str:
                      + _img(png, "training and validation loss per domain", "no loss column in metrics.csv", "loss"))
     else:
         parts.append("<p class='small'>The checkpoint has no metrics.csv.</p>")
-    for name in ("results.md", "README.md"):
-        f = checkpoint / name
-        if f.is_file():
-            parts.append(f"<h3>{_e(name)}</h3><pre class='card-md'>{_e(f.read_text(errors='replace'))}</pre>")
+    # the checkpoint's own documents: its model card and any results (Markdown as text, JSON as a table)
+    for f in sorted(checkpoint.glob("*.md"), key=lambda f: (f.name != "README.md", f.name)):
+        parts.append(f"<h3>{_e(f.name)}</h3><pre class='card-md'>{_e(f.read_text(errors='replace'))}</pre>")
+    for f in sorted(checkpoint.glob("results*.json")):
+        try:
+            flat = _flatten(json.loads(f.read_text()))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            parts.append(f"<p class='bad'>{_e(f.name)}: not JSON ({_e(e)})</p>")
+            continue
+        parts.append(f"<h3>{_e(f.name)}</h3>" + _table(["key", "value"], [[_e(k), _num(v)] for k, v in flat], {1}))
     cfg = checkpoint / "config.json"
     if cfg.is_file():
         c = json.loads(cfg.read_text())
