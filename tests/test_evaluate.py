@@ -382,6 +382,25 @@ def test_mof_connection_points_and_vnu():
     assert m["novel"] == pytest.approx(1 / 2) and m["vnu"] == pytest.approx(1 / 5)
 
 
+def test_mof_json_of_generate_reads_as_its_texts(tmp_path):
+    from logos.cli import main
+    from logos.evaluate.mofs import evaluate, read_texts
+    from logos.util.records import InputError
+
+    texts = ["<MaterialS><MetalS>Zn4O<MetalE><MoleculeS>O=C([O-])c1ccc(C(=O)[O-])cc1<MoleculeE><MaterialE>",
+             "<MaterialS><MetalS>Cu2<MetalE><MoleculeS>c1cc(-c2ccncc2)ccn1<MoleculeE><MoleculeS>CC<MoleculeE>"
+             "<MaterialE>"]
+    jsonl = tmp_path / "mof.samples.jsonl"
+    jsonl.write_text("".join(json.dumps({"id": "gen", "text": t}) + "\n" for t in texts))
+    out = tmp_path / "mof.json"
+    assert main(["detokenize", str(jsonl), "-o", str(out), "-q"]) == 0
+    assert read_texts(out) == texts
+    assert evaluate(read_texts(out)) == evaluate(read_texts(jsonl))
+    (tmp_path / "other.json").write_text('{"lattice": {}}')
+    with pytest.raises(InputError):
+        read_texts(tmp_path / "other.json")
+
+
 def test_bad_input_is_one_line(tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{not json\n")
