@@ -129,6 +129,7 @@ def evaluate_step(out: Path, plan: Plan, step) -> None:
             doc = ev.run(task, predictions, folder, references=reference)
         step.metrics[name] = doc["metrics"]
         step.reports[name] = f"eval/{folder.name}/report.md"
+        step.scored[name] = predictions.relative_to(out).as_posix()
     if plan.task in ("protein", "antibody"):  # no reference set: the sequences' own statistics
         folder = out / "eval" / plan.name
         doc = write_report(Report(plan.name, proteins.SCHEMA_VERSION, proteins.evaluate(proteins.read_sequences(gen)),

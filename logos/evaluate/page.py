@@ -57,6 +57,7 @@ class Step:
     error: str | None = None  # the step failed as a whole: why
     metrics: dict[str, dict] = field(default_factory=dict)  # evaluation name -> metrics.json's "metrics"
     reports: dict[str, str] = field(default_factory=dict)  # evaluation name -> report.md (relative)
+    scored: dict[str, str] = field(default_factory=dict)  # evaluation name -> the file it scored, if not the output
 
     @property
     def written_share(self) -> float | None:
@@ -735,7 +736,7 @@ def _metrics(page: _Page) -> str:
             report = s.reports.get(name)
             ref = f" against {_e(s.reference)}" if s.reference and name == s.name else ""
             tables.append(f"<div style='display:inline-block;vertical-align:top;margin-right:24px'><h3>{_e(name)}</h3>"
-                          f"<p class='small'>{_e(s.output)}{ref}"
+                          f"<p class='small'>{_e(s.scored.get(name, s.output))}{ref}"
                           f"{' · ' + _output_link(page.root, report) if report else ''}</p>"
                           + _table(["metric", "value"], rows, {1}) + "</div>")
             folder = (page.root / report).parent if report else None
