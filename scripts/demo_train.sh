@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The model half of `make demo`: fetch a MOSES sample, tokenize, pack, pretrain the tiny preset for a
+# make demo-train: fetch a MOSES sample, tokenize, pack, pretrain the tiny preset for a
 # few CPU minutes through DeepSpeed, generate 100 molecules (grammar-constrained) to SDF and print
 # validity, uniqueness and novelty. Knobs: TRAIN_MINUTES (default 3), MOLECULES (training sample,
 # default 50000), SAMPLES (default 100), OUT (default demo_out), THREADS (torch threads, default 1:

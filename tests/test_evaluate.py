@@ -329,7 +329,8 @@ def test_pocket_precision_recall_and_dcc_on_a_hand_made_pocket():
     assert (m["dcc"], m["dcc_top_n2"], m["precision"]) == (0.0, 1.0, 0.0)
 
 
-def test_pocket_cli_on_a_real_complex(tmp_path):
+@pytest.mark.parametrize("ident", ["1ia1", "1ia1_protein.pdb"])  # the second: logos generate on 1ia1_protein.pdb
+def test_pocket_cli_on_a_real_complex(tmp_path, ident):
     from logos.evaluate.pockets import read_sites
 
     refs = tmp_path / "complexes"
@@ -344,7 +345,7 @@ def test_pocket_cli_on_a_real_complex(tmp_path):
     with open(pred, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["id", "chain", "res_num", "icode", "res_name"])
-        w.writerows([["1ia1#1", c, n, i, "X"] for c, n, i in truth[: len(truth) // 2]])
+        w.writerows([[f"{ident}#1", c, n, i, "X"] for c, n, i in truth[: len(truth) // 2]])
     assert _cli("--task", "pocket", "--predictions", pred, "--references", refs, "-o", tmp_path / "r") == 0
     m = json.loads((tmp_path / "r" / "metrics.json").read_text())["metrics"]
     assert m["precision"] == 1.0 and m["recall"] == pytest.approx((len(truth) // 2) / len(truth))
@@ -379,6 +380,25 @@ def test_mof_connection_points_and_vnu():
     assert m["valid"] == pytest.approx(3 / 5)  # benzoic acid cannot bridge; node Xx9 unseen
     assert m["unique"] == pytest.approx(2 / 3)  # the same MOF written twice
     assert m["novel"] == pytest.approx(1 / 2) and m["vnu"] == pytest.approx(1 / 5)
+
+
+def test_mof_json_of_generate_reads_as_its_texts(tmp_path):
+    from logos.cli import main
+    from logos.evaluate.mofs import evaluate, read_texts
+    from logos.util.records import InputError
+
+    texts = ["<MaterialS><MetalS>Zn4O<MetalE><MoleculeS>O=C([O-])c1ccc(C(=O)[O-])cc1<MoleculeE><MaterialE>",
+             "<MaterialS><MetalS>Cu2<MetalE><MoleculeS>c1cc(-c2ccncc2)ccn1<MoleculeE><MoleculeS>CC<MoleculeE>"
+             "<MaterialE>"]
+    jsonl = tmp_path / "mof.samples.jsonl"
+    jsonl.write_text("".join(json.dumps({"id": "gen", "text": t}) + "\n" for t in texts))
+    out = tmp_path / "mof.json"
+    assert main(["detokenize", str(jsonl), "-o", str(out), "-q"]) == 0
+    assert read_texts(out) == texts
+    assert evaluate(read_texts(out)) == evaluate(read_texts(jsonl))
+    (tmp_path / "other.json").write_text('{"lattice": {}}')
+    with pytest.raises(InputError):
+        read_texts(tmp_path / "other.json")
 
 
 def test_bad_input_is_one_line(tmp_path, capsys):

@@ -11,12 +11,13 @@ A MOF text (``<MaterialS><MetalS>node<MetalE><MoleculeS>linker<MoleculeE>...<Mat
 - ``novel``: share of distinct valid MOFs whose key is absent from the training corpus;
 - ``vnu``: distinct valid novel MOFs / all samples (valid, novel and unique).
 
-Inputs: grammar JSONL (``text``), or MOF CIFs (split into node and linkers by
+Inputs: grammar JSONL (``text``), the ``.json`` of ``logos generate --task mof`` (node and linkers), or MOF CIFs (split into node and linkers by
 :func:`~logos.science.materials.framework.split_framework`); the training corpus likewise, cached as keys.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -28,7 +29,7 @@ from logos.evaluate import reference as ref
 from logos.language.grammar import GrammarError, validate
 from logos.science.materials.framework import encode_framework, parse_mof_text
 from logos.science.materials.validity import mof_validity
-from logos.util.records import RecordError
+from logos.util.records import InputError, RecordError
 
 __all__ = ["SCHEMA_VERSION", "DEFINITIONS", "MofCorpus", "connection_points", "mof_key", "read_texts", "load_corpus",
            "evaluate"]
@@ -72,6 +73,14 @@ def read_texts(path: Path) -> list[str]:
     path = Path(path)
     if path.name.endswith(".jsonl"):
         return [rec.get("text", "") for _, rec in ref.jsonl_records(path)]
+    if path.name.endswith(".json"):  # the .json that logos generate / detokenize write: [{"id", "node", "linkers"}]
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise InputError(f"{path}: not JSON ({e})") from None
+        if not isinstance(doc, list) or not all(isinstance(r, dict) and "node" in r and "linkers" in r for r in doc):
+            raise InputError(f"{path}: not a MOF .json (a list of {{\"id\", \"node\", \"linkers\"}} objects)")
+        return [encode_framework(str(r["node"]), [str(s) for s in r["linkers"]]) for r in doc]
     from logos.science.materials.crystal import load, read_crystal_file
     from logos.science.materials.framework import split_framework
 

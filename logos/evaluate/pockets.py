@@ -154,6 +154,9 @@ def _match_name(name: str, predictions: dict) -> dict[int, set[ResKey]]:
     for key in (name, name.lower(), name.upper(), f"{name}_protein"):
         if key in predictions:
             return predictions[key]
+    for key, ranked in predictions.items():  # logos generate names a structure input's answers by its file name
+        if _stem(Path(key)) == name:
+            return ranked
     return {}
 
 
