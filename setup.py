@@ -22,7 +22,7 @@ SHIPPED_ROOT = os.path.join("logos", "_shipped")
 SHIPPED = [
     "grammar/*.lark",
     "tokenizers/*/**/*",
-    "checkpoints/tiny-moses/**/*",
+    "checkpoints/logos-tiny/**/*",
     "pretrain/*.yaml",
     "pretrain/*.json",
     "pretrain/hostfile.example",

@@ -33,7 +33,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 MARK = "constraints"
-GUIDE = ('Models: `tiny` the shipped checkpoints/tiny-moses; `random` a randomly initialised tiny Llama (hidden 64, 2 layers) with the LOGOS tokenizer, whatever it writes must still end; `100m` a randomly initialised ~100M Llama (hidden 768, 12 layers). `before` is the tree of the git ref given, `after` the working tree. Row constraint: chemistry (molecules), copied sequence (binding-site search), composition and closing check (crystals), timed around every call the sampler makes; the grammar mask is timed separately. Worst step: the largest per-row mean of one step. Resampled per row asked: rows that did not end validly and were drawn again (at most 4 times each).')
+GUIDE = ('Models: `tiny` the shipped checkpoints/logos-tiny; `random` a randomly initialised tiny Llama (hidden 64, 2 layers) with the LOGOS tokenizer, whatever it writes must still end; `100m` a randomly initialised ~100M Llama (hidden 768, 12 layers). `before` is the tree of the git ref given, `after` the working tree. Row constraint: chemistry (molecules), copied sequence (binding-site search), composition and closing check (crystals), timed around every call the sampler makes; the grammar mask is timed separately. Worst step: the largest per-row mean of one step. Resampled per row asked: rows that did not end validly and were drawn again (at most 4 times each).')
 
 # model -> [(task, samples, budget, inputs)]: the shipped model writes molecules; random models test endings
 PLANS = {
@@ -62,7 +62,7 @@ def _random_checkpoint(work: Path, hidden: int, layers: int, intermediate: int, 
 
 def checkpoint_for(model: str, work: Path) -> Path:
     if model == "tiny":
-        return REPO / "checkpoints" / "tiny-moses"
+        return REPO / "checkpoints" / "logos-tiny"
     if model == "random":  # the tests' randomly initialised tiny Llama
         return _random_checkpoint(work, 64, 2, 128, 4, 2)
     return _random_checkpoint(work, 768, 12, 3072, 12, 12)  # ~100M with the LOGOS vocabulary

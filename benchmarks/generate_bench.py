@@ -86,7 +86,7 @@ def main() -> None:
     ap.add_argument("--tasks", default=",".join(TASKS))
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="generate_bench_"))
-    checkpoint = REPO / "checkpoints" / "tiny-moses" if args.model == "tiny" else random_checkpoint(work, 768, 14)
+    checkpoint = REPO / "checkpoints" / "logos-tiny" if args.model == "tiny" else random_checkpoint(work, 768, 14)
     from transformers import AutoModelForCausalLM
 
     params = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(checkpoint).parameters())

@@ -185,7 +185,7 @@ def part_generate(args, work: Path) -> dict:
             options = GenerateOptions(task=task, n=n, batch_size=64, constrained=constrained, device="cuda",
                                       sampling=Sampling(max_new_tokens=128 if task == "molecule" else 256))
             t = time.perf_counter()
-            result = generate(REPO / "checkpoints" / "tiny-moses", out, options, progress=False)
+            result = generate(REPO / "checkpoints" / "logos-tiny", out, options, progress=False)
             seconds = time.perf_counter() - t
             results[name] = {"samples": len(result.samples), "seconds": seconds,
                              "samples_per_s": len(result.samples) / seconds,

@@ -1,6 +1,6 @@
 """A randomly initialised model of a checkpoint's architecture with its tokenizer: the from-scratch baseline of a finetune.
 
-    python benchmarks/scratch_init.py checkpoints/tiny-moses runs/scratch-init
+    python benchmarks/scratch_init.py checkpoints/logos-tiny runs/scratch-init
 """
 
 from __future__ import annotations

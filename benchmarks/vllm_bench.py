@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     props = []
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     for model in args.models:
-        ck = REPO / "checkpoints" / "tiny-moses" if model == "tiny" else random_checkpoint(work, 768, 14)
+        ck = REPO / "checkpoints" / "logos-tiny" if model == "tiny" else random_checkpoint(work, 768, 14)
         t = time.perf_counter()
         llm = make_llm(ck, EngineOptions(max_num_seqs=max(args.rows)), seed=0, max_len=args.budget + 32)
         load = time.perf_counter() - t

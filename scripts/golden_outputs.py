@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 A = "tests/assets"
 P = f"{A}/protein"
-CKPT = "checkpoints/tiny-moses"
+CKPT = "checkpoints/logos-tiny"
 
 TOKENIZE = [
     ("molecules", [f"{A}/molecules/moses_test_200.smi", f"{A}/molecules/lipophilicity_100.csv",

@@ -37,7 +37,7 @@ CASES = [  # (task, prompt, rules, completion)
 def tok():
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(REPO / "checkpoints" / "tiny-moses"))
+    return AutoTokenizer.from_pretrained(str(REPO / "checkpoints" / "logos-tiny"))
 
 
 def _accepts(lltok, grammar: str, prefix: list[int], ids: list[int]) -> bool:

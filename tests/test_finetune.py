@@ -80,7 +80,7 @@ def test_loss_mask_covers_exactly_the_completion_and_its_end(tmp_path):
     from logos.data.shards import ShardReader
     from transformers import AutoTokenizer
 
-    tok_dir = REPO / "checkpoints" / "tiny-moses"
+    tok_dir = REPO / "checkpoints" / "logos-tiny"
     pairs = tmp_path / "pairs.jsonl"
     prompt, completion = "<MoleculeS>CC(=O)OCC<MoleculeE><ReverseReact>", "<MoleculeS>CC(=O)O<MoleculeE><MoleculeS>CCO<MoleculeE>"
     pairs.write_text(json.dumps({"prompt": prompt, "completion": completion, "domain": "retro"}) + "\n")
@@ -130,7 +130,7 @@ def test_lora_merged_export_reproduces_the_live_model(reactions, tmp_path):
     from logos.train import Trainer
 
     recipe = _recipe(tmp_path, reactions, "run", "lora.rank=8", "train.lr=3e-2")
-    recipe.train.init_from = str(REPO / "checkpoints" / "tiny-moses")
+    recipe.train.init_from = str(REPO / "checkpoints" / "logos-tiny")
     shards, _ = prepare_data(recipe, echo=lambda line: None)
     recipe.train.data = str(shards)
     trainer = Trainer(recipe, progress=False, echo=lambda line: None)
@@ -139,7 +139,7 @@ def test_lora_merged_export_reproduces_the_live_model(reactions, tmp_path):
     trainer.save()
     x = torch.tensor([trainer.train_reader.batch(0, 1).tokens[0, :48].tolist()])
     live = trainer.logits(x)
-    base = AutoModelForCausalLM.from_pretrained(REPO / "checkpoints" / "tiny-moses").eval()
+    base = AutoModelForCausalLM.from_pretrained(REPO / "checkpoints" / "logos-tiny").eval()
     with torch.no_grad():
         assert not torch.allclose(base(x).logits, live, atol=1e-3)  # the adapters changed the model ...
         merged = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "hf").eval()(x).logits

@@ -19,7 +19,7 @@ from logos.decoding.chemistry import SmilesState
 from logos.decoding.constraints import TokenTable
 from logos.language.grammar import is_valid
 
-SHIPPED = REPO / "checkpoints" / "tiny-moses"
+SHIPPED = REPO / "checkpoints" / "logos-tiny"
 TOKENIZER = REPO / "tokenizers" / "default"
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from logos.train.hf_files import make_portable
 
-SHIPPED = Path(__file__).resolve().parents[1] / "checkpoints" / "tiny-moses"
+SHIPPED = Path(__file__).resolve().parents[1] / "checkpoints" / "logos-tiny"
 
 
 def test_the_shipped_checkpoint_is_portable():

@@ -76,3 +76,5 @@ def test_training_draws_its_rows_from_the_mixture(two_domain_shards, tmp_path):
     assert logged != counts(base.row_ids(0, steps * mb))  # the unmixed order would give other counts
     assert logged[1] > logged[0]  # reactions are rare in the corpus but 3/4 of the rows here
     assert float(last["val_loss_molecule"]) > 0 and float(last["val_loss_reaction"]) > 0
+    for d in ("molecule", "reaction"):  # one loss curve per domain beside loss.png
+        assert (tmp_path / "run" / f"loss_{d}.png").stat().st_size > 1000

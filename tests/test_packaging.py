@@ -26,8 +26,8 @@ PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input",
 _NOT_SOURCES = shutil.ignore_patterns(".*", "__pycache__", "*.pyc", "*.egg-info", "build", "dist", "runs", "out",
                                       "demo_out", "corpus")
 MUST_SHIP = ["grammar/logos.lark", "tokenizers/default/tokenizer.json", "tokenizers/default/tokenizer.model",
-             "checkpoints/tiny-moses/model.safetensors", "checkpoints/tiny-moses/config.json",
-             "checkpoints/tiny-moses/tokenizer.json", "pretrain/tiny.yaml", "pretrain/8b.yaml",
+             "checkpoints/logos-tiny/model.safetensors", "checkpoints/logos-tiny/config.json",
+             "checkpoints/logos-tiny/tokenizer.json", "pretrain/tiny.yaml", "pretrain/8b.yaml",
              "pretrain/ds_zero2.json", "pretrain/ds_zero3_offload.json", "pretrain/hostfile.example",
              "pretrain/launch_multinode.sh"]
 
@@ -190,7 +190,7 @@ def test_cli_defaults_keep_their_names_and_resolve(tmp_path, monkeypatch, run_cl
 
     assert grammar.GRAMMAR_PATH == resources.shipped(resources.GRAMMAR)
     args = build_parser().parse_args(["generate", "-o", "x.smi"])
-    assert args.checkpoint == "checkpoints/tiny-moses"
+    assert args.checkpoint == "checkpoints/logos-tiny"
     assert build_parser().parse_args(["pack", "c.jsonl", "-o", "s"]).tokenizer == "tokenizers/default"
     monkeypatch.chdir(tmp_path)
     code, err = run_cli("generate", "--checkpoint", "runs/missing/hf", "-n", "1", "-o", "x.smi", "-q")

@@ -37,7 +37,7 @@ class FinetuneResult:
 
 
 def _tokenizer_of(recipe: Recipe) -> Path:
-    """The base checkpoint (a user path or a shipped name such as ``checkpoints/tiny-moses``), resolved."""
+    """The base checkpoint (a user path or a shipped name such as ``checkpoints/logos-tiny``), resolved."""
     from logos.util.resources import ResourceNotFound, resolve
 
     base = recipe.train.init_from

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from logos.train.checkpoint import atomic_write_text
 
-__all__ = ["MetricsLog", "truncate_metrics", "plot_losses"]
+__all__ = ["MetricsLog", "truncate_metrics", "plot_losses", "plot_domain_losses"]
 
 BASE_COLUMNS = ("step", "tokens", "elapsed_s", "lr", "loss", "tokens_per_s", "val_loss")
 
@@ -96,3 +96,39 @@ def plot_losses(metrics: Path, png: Path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(png)
     plt.close(fig)
+
+
+def plot_domain_losses(metrics: Path, out_dir: Path, title: str) -> list[Path]:
+    """One ``loss_DOMAIN.png`` per domain of a mixture run: that domain's training and validation loss against the
+    tokens of it seen so far (``tokens_DOMAIN``); the written files."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(metrics, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    domains = [k.removeprefix("loss_") for k in (rows[0] if rows else {}) if k.startswith("loss_")]
+    written = []
+    for d in domains:
+        train = [(int(r[f"tokens_{d}"]), float(r[f"loss_{d}"])) for r in rows if r.get(f"loss_{d}") and r.get(f"tokens_{d}")]
+        val = [(int(r[f"tokens_{d}"]), float(r[f"val_loss_{d}"])) for r in rows
+               if r.get(f"val_loss_{d}") and r.get(f"tokens_{d}")]
+        if not train and not val:
+            continue
+        fig, ax = plt.subplots(figsize=(6, 4), dpi=110)
+        if train:
+            ax.plot(*zip(*train), lw=0.8, alpha=0.8, label="train")
+        if val:
+            ax.plot(*zip(*val), "o-", ms=3, label="validation")
+        ax.set_xlabel(f"{d} tokens seen")
+        ax.set_ylabel("loss (nats/token)")
+        ax.set_title(f"{title}: {d}")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        png = Path(out_dir) / f"loss_{d}.png"
+        fig.savefig(png)
+        plt.close(fig)
+        written.append(png)
+    return written

@@ -38,7 +38,7 @@ from logos.train.checkpoint import CheckpointSaveError, CheckpointStore
 from logos.train.engine import build_engine, ds_config, resolve_precision
 from logos.train.weights import full_state_dict
 from logos.train.faults import BadBatch, NonFiniteLoss, StopSignal, check_batch, respond
-from logos.train.metrics import MetricsLog, plot_losses
+from logos.train.metrics import MetricsLog, plot_domain_losses, plot_losses
 from logos.train.model import build_model, load_base
 from logos.train.recipe import Recipe
 from logos.train.schedule import Schedule
@@ -273,6 +273,8 @@ class Trainer:
         self.elapsed, self._t0 = self.elapsed + seconds, None
         if self.dist.is_main:
             plot_losses(self.out / "metrics.csv", self.out / "loss.png", f"{self.recipe.name}")
+            if self.recipe.train.mixture:
+                plot_domain_losses(self.out / "metrics.csv", self.out, f"{self.recipe.name}")
         return TrainResult(self.step_count, self.tokens_seen - tokens_at_start, seconds, first, last, val, self.out,
                            self.stopped_by)
 

@@ -1,7 +1,7 @@
 """Shipped data (grammar, default tokenizer, tiny checkpoint, recipes, DeepSpeed JSONs) found from any directory.
 
 Everything the package ships as data keeps its repository-relative name (``grammar/logos.lark``,
-``tokenizers/default``, ``checkpoints/tiny-moses``, ``pretrain/tiny.yaml``, ``pretrain/ds_zero3.json``,
+``tokenizers/default``, ``checkpoints/logos-tiny``, ``pretrain/tiny.yaml``, ``pretrain/ds_zero3.json``,
 ``finetune/*.yaml``) and is looked up under ONE root:
 
 * an installed wheel: ``logos/_shipped/`` inside the package (``setup.py``'s ``build_py`` copies the
@@ -41,7 +41,7 @@ GRAMMAR = "grammar/logos.lark"
 """The Lark grammar: the language and the special-token inventory."""
 DEFAULT_TOKENIZER = "tokenizers/default"
 """The shared SentencePiece/HF tokenizer (``logos pack --tokenizer``, recipes' ``train.tokenizer``)."""
-DEFAULT_CHECKPOINT = "checkpoints/tiny-moses"
+DEFAULT_CHECKPOINT = "checkpoints/logos-tiny"
 """The shipped Hugging Face checkpoint (``logos generate --checkpoint``)."""
 
 _PACKAGE = Path(__file__).resolve().parent.parent  # logos/ (this module is logos/util/resources.py)
