@@ -44,7 +44,7 @@ def _apply(state: SmilesState, move: str) -> SmilesState | None:
         for ch in move:
             trial._char(ch)
         trial.flush()
-        if not trial.completable() or not trial.aromatic_atoms_can_close() or not trial.final_systems_kekulize():
+        if trial.dead_end() is not None:
             return None
     except SmilesError:
         return None

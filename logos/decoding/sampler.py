@@ -29,6 +29,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from logos.decoding.constraints import GrammarRows
@@ -210,14 +211,18 @@ def _accepted(token: int, logits: torch.Tensor, allowed: torch.Tensor, row: RowC
     """
     if row.check(token, remaining):
         return token
-    logits = logits.clone()
+    probs = torch.softmax(logits.double(), -1).numpy().copy()  # once; each redraw zeroes the refused token
     refused = {token}
     for _ in range(MAX_REDRAWS):
-        logits[token] = float("-inf")
+        probs[token] = 0.0
         result.redraws += 1
-        if not torch.isfinite(logits).any():
+        cum = np.cumsum(probs)
+        if not cum[-1] > 0:
             break
-        token = int(torch.multinomial(torch.softmax(logits, -1), 1, generator=generator))
+        u = float(torch.rand((), dtype=torch.float64, generator=generator)) * cum[-1]
+        token = min(int(np.searchsorted(cum, u, side="right")), len(cum) - 1)
+        while probs[token] == 0.0:  # rounding at the very top of the last interval
+            token -= 1
         if row.check(token, remaining):
             return token
         refused.add(token)
