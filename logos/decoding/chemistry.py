@@ -51,6 +51,8 @@ class SmilesState:
     owned: set[int] | None = field(default=None, repr=False, compare=False)  # atoms this state may change in place
     cycles: frozenset[int] | None = field(default=frozenset(), repr=False, compare=False)  # atoms on cycles (None: recompute)
     empty_branch: bool = False        # a '(' written, no atom in it yet (RDKit refuses '()')
+    touched: set[int] = field(default_factory=set, repr=False, compare=False)  # atoms changed (or no longer anchors)
+    # since the aromatic systems were last checked: only their systems can have changed (see :meth:`dead_end`)
 
     def copy(self) -> "SmilesState":
         """A copy that shares the atoms until either side changes one (copy on write: :meth:`_own`), so trying a
@@ -58,7 +60,7 @@ class SmilesState:
         self.owned = set()
         return SmilesState(list(self.atoms), self.current, list(self.branches), dict(self.rings), self.bond,
                            self.pending, self.label_ok, self.bond_aromatic, self.settled, set(),
-                           self.cycles, self.empty_branch)
+                           self.cycles, self.empty_branch, set(self.touched))
 
     def _own(self, i: int) -> _Atom:
         """Atom ``i``, copied first unless this state already owns it (atoms may be shared with copies)."""
@@ -67,6 +69,7 @@ class SmilesState:
         if i not in self.owned:
             self.atoms[i] = self.atoms[i].copy()
             self.owned.add(i)
+        self.touched.add(i)
         return self.atoms[i]
 
     # ------------------------------------------------------------------ characters
@@ -87,7 +90,12 @@ class SmilesState:
     def dead_end(self) -> str | None:
         """Why no continuation of this state (no pending characters) can end validly, None if none is seen:
         open rings no atom can close, an aromatic atom no ring can reach, a finished aromatic system without a kekulé
-        structure, or an unfinished one whose fixed atoms can no longer be paired (:meth:`open_systems_can_kekulize`)."""
+        structure, or an unfinished one whose fixed atoms can no longer be paired (:meth:`open_systems_can_kekulize`).
+
+        Aromatic systems are looked at only where they contain a ``touched`` atom: one changed, added or no longer able
+        to grow since the checks last passed (a system of unchanged atoms that were anchors before are anchors still
+        passes as it did); they pass, ``touched`` is cleared.
+        """
         if not self.completable():
             return "no atom left to close the open rings"
         anchors = None
@@ -99,6 +107,7 @@ class SmilesState:
             return "a finished aromatic system cannot be kekulized"
         if OPEN_CHECK and not self.open_systems_can_kekulize(anchors):
             return "an aromatic system being written can no longer be kekulized"
+        self.touched = set()
         return None
 
     def _char(self, ch: str) -> None:
@@ -133,11 +142,14 @@ class SmilesState:
         elif ch == ")":
             if not self.branches or self.bond is not None or self.empty_branch:
                 raise SmilesError("unbalanced or empty branch")
+            self.touched.add(self.current)  # the branch's last atom stops growing
             self.current = self.branches.pop()
             self.label_ok = False
         elif ch == ".":
             if self.branches or self.bond is not None:
                 raise SmilesError("'.' inside a branch or after a bond")
+            if self.current is not None:
+                self.touched.add(self.current)
             self.current, self.label_ok = None, False
         elif ch in BOND_ORDERS:
             if self.current is None or self.bond is not None:
@@ -259,6 +271,7 @@ class SmilesState:
         elif self.bond is not None:
             raise SmilesError("bond without an atom before it")
         self.atoms.append(atom)
+        self.touched.add(index)
         if self.owned is not None:
             self.owned.add(index)
         self.current, self.bond, self.bond_aromatic, self.label_ok = index, None, False, True
@@ -339,7 +352,7 @@ class SmilesState:
         a perfect matching, over its aromatic bonds, of the atoms that need a double bond. A finished system never
         changes, so once matched its atoms are ``settled`` and not looked at again."""
         settled = self.settled
-        todo = [i for i, a in enumerate(self.atoms) if a.aromatic and i not in settled]
+        todo = [i for i in self.touched if self.atoms[i].aromatic and i not in settled]
         if not todo:
             return True
         anchors = self._anchors() if anchors is None else anchors
@@ -365,15 +378,18 @@ class SmilesState:
         structure: its atoms that can gain no bond keep their bonds, so those needing a double bond must pair up over
         the system's aromatic bonds, with each other or with atoms that can still gain bonds (which may also pair with
         atoms still to come). A necessary condition, so it refuses only continuations that cannot end validly."""
+        atoms = self.atoms
+        todo = [i for i in self.touched if atoms[i].aromatic]
+        if not todo:
+            return True
         anchors = self._anchors() if anchors is None else anchors
         seen: set[int] = set()
-        atoms = self.atoms
-        for start in anchors:
-            if start in seen or not atoms[start].aromatic:
+        for start in todo:
+            if start in seen:
                 continue
             system = self._system(start)
             seen |= system
-            if len(system) < 3:
+            if len(system) < 3 or system.isdisjoint(anchors):  # (a finished one: final_systems_kekulize)
                 continue
             must = [i for i in system if i not in anchors and atoms[i].needs_double()]
             if must and not covering_matching(atoms, must, [i for i in system if i in anchors]):
@@ -426,6 +442,7 @@ class SmilesState:
         if aromatic and not set(aromatic) <= self._in_cycles():
             return False
         ended = self.copy()
+        ended.touched.add(self.current)
         ended.current = None  # at the end no atom gains a bond: every system is finished
         return ended.final_systems_kekulize()
 
