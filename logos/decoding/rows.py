@@ -18,6 +18,10 @@ and a vLLM logits processor (one object per request):
     Whether the row must now follow its planned ending, and that ending as token ids (closing tag
     included). Near the budget every accepted token keeps a planned ending within it, so a row that
     follows it always ends.
+``possible() -> numpy bool array | None``
+    A superset of the tokens ``check`` accepts now (False only where it surely refuses), from the state's small
+    signature and a classification of the vocabulary made once; None when it cannot tell. Engines drop the other
+    tokens before redrawing (the restricted distribution is unchanged, with fewer draws and checks).
 ``advance(token)``, ``fork()``, ``failure``, ``budget(default)``
     Accept a token; an independent copy (beam search, speculative steps); why the row cannot end
     validly (None while it can: the engine resamples the row); the length budget the row needs.
@@ -31,6 +35,8 @@ from __future__ import annotations
 
 import functools
 import re
+
+import numpy as np
 
 from logos.science.chemistry import CLOSE as MOL_CLOSE, OPEN as MOL_OPEN
 from logos.decoding.chemistry import SmilesError, SmilesState
@@ -69,6 +75,9 @@ class RowConstraint:
     def budget(self, default: int) -> int:
         return default
 
+    def possible(self) -> np.ndarray | None:
+        return None
+
     def fork(self) -> "RowConstraint":
         raise NotImplementedError
 
@@ -90,6 +99,74 @@ class SmilesVocab:
                 self.piece[t] = i
         self.longest = max(map(len, self.piece), default=1)
         self.plans: dict[tuple[str, bool], tuple[list[int] | None, int]] = {}  # span text -> planned ending
+        self._classify()
+
+    # first characters of a piece, by what they need of the state before them (no character pending)
+    _FIRST = {**{c: "bond" for c in "-=#$:/\\~"}, "<": "dative", ">": "dative", **{c: "label" for c in "0123456789%"}, "(": "open", ")": "close",
+              ".": "dot"}
+
+    def _classify(self) -> None:
+        """Each SMILES piece once: the kind of its first character (an atom, a bond, a ring label, a branch opened or
+        closed, a dot) and the deepest it closes branches opened before it; :meth:`possible` turns these into the
+        pieces a state signature may accept (:meth:`SmilesRow.possible`)."""
+        n = len(self.text)
+        kinds = ("atom", "bond", "dative", "label", "open", "close", "dot")
+        self.first = {k: np.zeros(n, dtype=bool) for k in kinds}
+        self.unbranch = np.zeros(n, dtype=np.int64)  # branches before the piece that it closes
+        self.dot_depth = np.full(n, 1, dtype=np.int64)  # depth of its first '.' (1: none), which must be the top level
+        self.spelled = np.zeros(n, dtype=bool)  # reads as SMILES from a state with nothing pending
+        for i, t in enumerate(self.text):
+            if not self.smiles[i]:
+                continue
+            self.spelled[i] = _spelled(t)
+            self.first[self._FIRST.get(t[0], "atom")][i] = True
+            depth = low = 0
+            inside = False
+            for ch in t:
+                if ch == "[":
+                    inside = True
+                elif ch == "]":
+                    inside = False
+                elif not inside and ch == "(":
+                    depth += 1
+                elif not inside and ch == ")":
+                    depth -= 1
+                    low = min(low, depth)
+                elif not inside and ch == "." and self.dot_depth[i] == 1:
+                    self.dot_depth[i] = depth
+            self.unbranch[i] = -low
+        self._possible: dict[tuple, np.ndarray] = {}
+
+    def possible(self, signature: tuple) -> np.ndarray:
+        """bool [vocabulary]: the SMILES pieces a state of ``signature`` (see :meth:`SmilesRow.possible`) does not
+        surely refuse, plus the closing tag; cached per signature."""
+        mask = self._possible.get(signature)
+        if mask is not None:
+            return mask
+        no_current, bond, full, label_ok, empty_branch, branches = signature
+        f = self.first
+        if no_current:  # the span's first atom, or the one after a '.'
+            ok = f["atom"] | f["dot"]
+        elif full:  # the current atom cannot take the next bond: a branch end or a dot
+            ok = f["close"] | f["dot"]
+        elif bond:  # a bond written: its atom or ring label
+            ok = f["atom"] | (f["label"] if label_ok else False)
+        else:
+            ok = f["atom"] | f["bond"] | f["close"] | f["dot"]
+            if label_ok:
+                ok = ok | f["label"]
+            if not empty_branch:
+                ok = ok | f["open"]
+        ok = ok | f["dative"]  # '<' and '>' are judged later
+        if bond or empty_branch:
+            ok = ok & ~f["close"]
+        if branches or bond:
+            ok = ok & ~f["dot"]
+        ok = ok & self.spelled & (self.unbranch <= branches) & ((self.dot_depth == 1) | (self.dot_depth == -branches))
+        if self.close_id is not None:
+            ok[self.close_id] = True
+        self._possible[signature] = ok
+        return ok
 
     def spell(self, text: str) -> list[int] | None:
         """Token ids spelling ``text`` (longest match first), None if some character has no piece."""
@@ -111,6 +188,49 @@ class SmilesVocab:
         if vocab is None:
             vocab = table._smiles_vocab = SmilesVocab(table)
         return vocab
+
+
+def _spelled(text: str) -> bool:
+    """Whether ``text`` passes the checks of :class:`SmilesState` that read its characters alone, from a state with
+    nothing pending: no unexpected character, ``%`` and ``<`` followed by what they need, every bracket atom a
+    prefix of a valid one and, once closed, an atom of a real element with its charge and hydrogens (the same code
+    on an empty state). A piece that fails cannot be accepted after any state with nothing pending."""
+    from logos.decoding.atoms import BOND_ORDERS, _bracket_prefix
+
+    pending = ""
+    for ch in text:
+        if pending == "<":
+            if ch != "-":
+                return False
+            pending = ""
+            continue
+        if pending in ("C", "B"):
+            was, pending = pending, ""
+            if (was, ch) in (("C", "l"), ("B", "r")):
+                continue
+        elif pending.startswith("%"):
+            if not ch.isdigit():
+                return False
+            pending += ch
+            if len(pending) == 3:
+                pending = ""
+            continue
+        elif pending:  # inside [...]
+            pending += ch
+            if not _bracket_prefix(pending):
+                return False
+            if ch == "]":
+                try:
+                    SmilesState()._bracket(pending)
+                except SmilesError:
+                    return False
+                pending = ""
+            continue
+        if ch in "[%CB<":
+            pending = ch
+        elif not (ch in "NOPSFIbcnops*().>" or ch.isdigit() or ch in BOND_ORDERS):
+            return False
+    return True
 
 
 @functools.lru_cache(maxsize=65536)
@@ -208,6 +328,20 @@ class SmilesRow(RowConstraint):
         return plan is not None and len(plan) + MARGIN >= remaining
 
     # ---------------------------------------------------------------- the interface
+    def possible(self) -> np.ndarray | None:
+        """The pieces the span's state may accept (:meth:`SmilesVocab.possible`), from its signature: whether an atom
+        is current, a bond is pending, the current atom is full, a ring label may follow, a branch is empty, how many
+        branches are open. None outside a span or with a character pending (a bracket atom, a ``%`` label, a ``C``
+        that may become ``Cl``)."""
+        state = self.state
+        if state is None or state.pending:
+            return None
+        current = state.current
+        full = current is not None and state.atoms[current].free < (1 if state.bond is None else state.bond)
+        signature = (current is None, state.bond is not None, full, state.label_ok, state.empty_branch,
+                     min(len(state.branches), 64))
+        return self.vocab.possible(signature)
+
     def check(self, token: int, remaining: int = 1 << 30) -> bool:
         vocab, state = self.vocab, self.state
         if token == vocab.open_id:

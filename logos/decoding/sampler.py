@@ -205,13 +205,19 @@ def _accepted(token: int, logits: torch.Tensor, allowed: torch.Tensor, row: RowC
               generator: torch.Generator, result: RowResult) -> int | None:
     """The row's draw if its constraint accepts it, else a redraw without the refused tokens (None: nothing found).
 
-    Redraws come from the top-k/top-p set; after ``MAX_REDRAWS`` refusals the likeliest grammar-allowed
-    tokens (up to ``MAX_SCAN``) are checked and the row draws among those accepted, in proportion to
-    their probabilities: the restricted distribution over that head, with a bounded number of checks.
+    Redraws come from the top-k/top-p set, less the tokens the row surely refuses (:meth:`RowConstraint.possible`);
+    after ``MAX_REDRAWS`` refusals the likeliest grammar-allowed tokens (up to ``MAX_SCAN``, again only possible
+    ones) are checked and the row draws among those accepted, in proportion to their probabilities: the restricted
+    distribution over that head, with a bounded number of checks.
     """
     if row.check(token, remaining):
         return token
     probs = torch.softmax(logits.double(), -1).numpy().copy()  # once; each redraw zeroes the refused token
+    possible = row.possible()  # the tokens the row does not surely refuse: the others are dropped at once
+    if possible is not None:
+        n = min(len(possible), len(probs))
+        probs[:n][~possible[:n]] = 0.0
+        probs[n:] = 0.0
     refused = {token}
     for _ in range(MAX_REDRAWS):
         probs[token] = 0.0
@@ -226,6 +232,10 @@ def _accepted(token: int, logits: torch.Tensor, allowed: torch.Tensor, row: RowC
         if row.check(token, remaining):
             return token
         refused.add(token)
+    if possible is not None:
+        keep = torch.zeros(allowed.shape[0], dtype=torch.bool)
+        keep[:n] = torch.from_numpy(possible[:n])
+        allowed = allowed.masked_fill(~keep, float("-inf"))
     finite = int(torch.isfinite(allowed).sum())
     if not finite:
         return None
