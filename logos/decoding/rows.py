@@ -46,7 +46,7 @@ __all__ = ["RowConstraint", "SmilesRow", "CompositionRow", "CopyRow", "SmilesVoc
 
 WINDOW = 8       # within this many tokens of what an ending needs at least, every token must keep a planned ending
 MARGIN = 2       # follow the planned ending when the budget left is its length plus this
-PLANS_PER_STEP = 12  # planner calls one row may make per step (checks beyond it refuse risky tokens)
+TRIES_PER_STEP = 150  # planner moves one row may try per step (then its checks refuse the tokens that need a plan)
 CAREFUL = 2      # refusals after which a row's aromatic tokens are also checked with a planned ending
 _RISKY = frozenset("[%<>~$*/\\.:")  # characters after which the state machine alone may not see a dead end
 _SMILES_CHARS = re.compile(r"[A-Za-z0-9()\[\]=#$:/\\.@+\-%*~<>]+")
@@ -261,23 +261,24 @@ class SmilesRow(RowConstraint):
         self._trial: tuple | None = None
         self._plan: list[int] | None = None   # token ids of the planned ending for the current state
         self._planned = False
-        self._plan_calls = self._refusals = 0
+        self._tries, self._refusals = [TRIES_PER_STEP], 0
 
     def fork(self) -> "SmilesRow":
         new = SmilesRow.__new__(SmilesRow)
         new.vocab, new.smiles, new.failure = self.vocab, self.smiles, self.failure
         new.state = self.state.copy() if self.state is not None else None
-        new._trial, new._plan, new._planned, new._plan_calls = None, self._plan, self._planned, 0
+        new._trial, new._plan, new._planned, new._tries = None, self._plan, self._planned, [TRIES_PER_STEP]
         new._refusals = self._refusals
         return new
 
     # ---------------------------------------------------------------- planning
-    def _plan_tokens(self, state: SmilesState, remaining: int, quick: bool = False, text: str | None = None
-                     ) -> list[int] | None:
+    def _plan_tokens(self, state: SmilesState, remaining: int, quick: bool = False, text: str | None = None,
+                     tries: list[int] | None = None) -> list[int] | None:
         """Token ids of a planned ending of ``state`` (whose span text is ``text``) within ``remaining`` tokens.
 
         Plans are shared by all rows through the vocabulary's cache, keyed by the span text (which determines
-        the state): a plan found fits any larger budget, a failure any smaller one.
+        the state): a plan found fits any larger budget, a failure any smaller one (a search cut short by
+        ``tries``, the row's moves left this step, is not remembered).
         """
         limit = max(remaining - 1, 0)
         cache = self.vocab.plans
@@ -288,10 +289,10 @@ class SmilesRow(RowConstraint):
                 return plan
             if plan is None and tried >= limit:
                 return None
-        found = plan_ending(state, limit=limit, max_nodes=100 if quick else 200, quick=40)
+        found = plan_ending(state, limit=limit, max_nodes=100 if quick else 200, quick=40, tries=tries)
         ids = self.vocab.spell(found) if found is not None else None
         plan = None if ids is None else ids + [self.vocab.close_id]
-        if key is not None:
+        if key is not None and (plan is not None or tries is None or tries[0] > 0):
             if len(cache) > 200_000:
                 cache.clear()
             cache[key] = (plan, limit)
@@ -312,6 +313,23 @@ class SmilesRow(RowConstraint):
             return True
         lonely = [i for i, a in enumerate(trial.atoms) if a.aromatic and not a.in_ring]
         return bool(lonely) and not set(lonely) <= trial._in_cycles()
+
+    def _reuse(self, token: int, trial: SmilesState, remaining: int) -> list[int] | None:
+        """The current state's planned ending, if it also ends ``trial`` (the state after ``token``) within
+        ``remaining`` tokens: the incremental plan - a token that follows the plan leaves the rest of it, and most
+        others (a chain atom, a substituent) leave the ending as it was: one :meth:`SmilesState.feed` replaces a
+        search."""
+        plan = self._plan if self._planned else None
+        if plan and plan[0] == token:
+            plan = plan[1:]
+        if not plan or len(plan) > remaining:
+            return None
+        probe = trial.copy()
+        try:
+            probe.feed("".join(self.vocab.text[t] for t in plan[:-1]))
+        except SmilesError:
+            return None
+        return plan if probe.can_close() else None
 
     def ending(self, remaining: int) -> list[int] | None:
         if self.state is None:
@@ -360,18 +378,20 @@ class SmilesRow(RowConstraint):
         trial = state.copy()
         try:
             trial.feed(vocab.text[token])
-        except SmilesError:
-            self._refusals += 1
+        except SmilesError as e:
+            self._refusals += "aromatic" in str(e)  # the model wanders in aromatic systems (see _risky)
             return False
         need = trial.lower_bound() + 1  # at least the closing tag
         if need > remaining - 1:
             return False
         near = remaining - 1 <= need + WINDOW  # near the budget: a planned ending must fit after this token
         if near or self._risky(trial, vocab.text[token]):  # or the token may lead where no ending is left
-            if self._plan_calls >= PLANS_PER_STEP:
-                return False
-            self._plan_calls += 1
-            plan = self._plan_tokens(trial, remaining - 1, quick=not near, text=self.smiles + vocab.text[token])
+            plan = self._reuse(token, trial, remaining - 1)
+            if plan is None:
+                if self._tries[0] <= 0:
+                    return False
+                plan = self._plan_tokens(trial, remaining - 1, quick=not near, text=self.smiles + vocab.text[token],
+                                         tries=self._tries)
             if plan is None or len(plan) > remaining - 1:
                 self._refusals += 1
                 return False
@@ -379,14 +399,14 @@ class SmilesRow(RowConstraint):
                 ending = "".join(vocab.text[t] for t in plan[:-1])
                 if not _sanitizes(self.smiles + vocab.text[token] + ending):
                     return False
-            self._trial = (token, trial, plan if near else None)
+            self._trial = (token, trial, plan)
             return True
         self._trial = (token, trial, None)
         return True
 
     def advance(self, token: int) -> None:
         vocab = self.vocab
-        trial, self._trial, self._plan_calls = self._trial, None, 0
+        trial, self._trial, self._tries = self._trial, None, [TRIES_PER_STEP]
         plan = self._plan if self._planned else None
         self._plan, self._planned = None, False
         if token == vocab.open_id and self.state is None:
