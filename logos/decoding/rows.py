@@ -46,7 +46,7 @@ __all__ = ["RowConstraint", "SmilesRow", "CompositionRow", "CopyRow", "SmilesVoc
 
 WINDOW = 8       # within this many tokens of what an ending needs at least, every token must keep a planned ending
 MARGIN = 2       # follow the planned ending when the budget left is its length plus this
-TRIES_PER_STEP = 150  # planner moves one row may try per step (then its checks refuse the tokens that need a plan)
+TRIES_PER_STEP = 300  # planner moves one row may try per step (then its checks refuse the tokens that need a plan)
 CAREFUL = 2      # refusals after which a row's aromatic tokens are also checked with a planned ending
 _RISKY = frozenset("[%<>~$*/\\.:")  # characters after which the state machine alone may not see a dead end
 _SMILES_CHARS = re.compile(r"[A-Za-z0-9()\[\]=#$:/\\.@+\-%*~<>]+")
