@@ -395,7 +395,7 @@ class SmilesRow(RowConstraint):
             if plan is None or len(plan) > remaining - 1:
                 self._refusals += 1
                 return False
-            if not near or not _RISKY.isdisjoint(vocab.text[token]):  # RDKit must accept the planned molecule
+            if not _RISKY.isdisjoint(vocab.text[token]) or (not near and trial.pending not in ("", "C", "B")):
                 ending = "".join(vocab.text[t] for t in plan[:-1])
                 if not _sanitizes(self.smiles + vocab.text[token] + ending):
                     return False
