@@ -51,6 +51,7 @@ class SmilesState:
     owned: set[int] | None = field(default=None, repr=False, compare=False)  # atoms this state may change in place
     cycles: frozenset[int] | None = field(default=frozenset(), repr=False, compare=False)  # atoms on cycles (None: recompute)
     empty_branch: bool = False        # a '(' written, no atom in it yet (RDKit refuses '()')
+    lonely: tuple[int, ...] = ()      # aromatic atoms on no cycle yet (kept by _add_atom and _ring)
     touched: set[int] = field(default_factory=set, repr=False, compare=False)  # atoms changed (or no longer anchors)
     # since the aromatic systems were last checked: only their systems can have changed (see :meth:`dead_end`)
 
@@ -60,7 +61,7 @@ class SmilesState:
         self.owned = set()
         return SmilesState(list(self.atoms), self.current, list(self.branches), dict(self.rings), self.bond,
                            self.pending, self.label_ok, self.bond_aromatic, self.settled, set(),
-                           self.cycles, self.empty_branch, set(self.touched))
+                           self.cycles, self.empty_branch, self.lonely, set(self.touched))
 
     def _own(self, i: int) -> _Atom:
         """Atom ``i``, copied first unless this state already owns it (atoms may be shared with copies)."""
@@ -271,6 +272,8 @@ class SmilesState:
         elif self.bond is not None:
             raise SmilesError("bond without an atom before it")
         self.atoms.append(atom)
+        if atom.aromatic:
+            self.lonely += (index,)
         self.touched.add(index)
         if self.owned is not None:
             self.owned.add(index)
@@ -311,6 +314,9 @@ class SmilesState:
             far.bond(self.current, order - reserved, aromatic)
             far.open_rings -= 1
             here.in_ring = far.in_ring = True  # a ring closure is the only move that makes a new cycle
+            if self.lonely:
+                cycles = self._in_cycles()
+                self.lonely = tuple(i for i in self.lonely if i not in cycles and not self.atoms[i].in_ring)
         self.bond, self.bond_aromatic = None, False
 
     # ------------------------------------------------------------------ ends
@@ -398,11 +404,7 @@ class SmilesState:
 
     def lonely_aromatic(self) -> list[int]:
         """Aromatic atoms on no cycle yet."""
-        lonely = [i for i, a in enumerate(self.atoms) if a.aromatic and not a.in_ring]
-        if lonely:
-            cycles = self._in_cycles()
-            lonely = [i for i in lonely if i not in cycles]
-        return lonely
+        return list(self.lonely)
 
     def aromatic_atoms_can_close(self, anchors: set[int] | None = None) -> bool:
         """Whether every aromatic atom outside a ring can still become part of one.

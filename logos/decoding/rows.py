@@ -311,8 +311,7 @@ class SmilesRow(RowConstraint):
         anchors += [atom for atom, *_ in trial.rings.values()]
         if any(trial.atoms[i].aromatic for i in anchors):
             return True
-        lonely = [i for i, a in enumerate(trial.atoms) if a.aromatic and not a.in_ring]
-        return bool(lonely) and not set(lonely) <= trial._in_cycles()
+        return bool(trial.lonely)
 
     def _reuse(self, token: int, trial: SmilesState, remaining: int) -> list[int] | None:
         """The current state's planned ending, if it also ends ``trial`` (the state after ``token``) within
