@@ -216,3 +216,29 @@ def test_redraws_sample_the_restricted_distribution():
     assert counts[0] == counts[2] == 0
     expected = torch.tensor([0.25, 0.15, 0.10]) / 0.5
     assert torch.allclose(counts[[1, 3, 4]] / n, expected, atol=0.03), counts
+
+
+def test_vllm_row_check_draws_only_accepted_tokens(vocab):
+    """The vLLM processor's adapter (which drops impossible tokens after a refusal, as the built-in engine does)
+    chooses tokens the row accepts, from a model that proposes any SMILES piece."""
+    from logos.generate.vllm_engine import RowCheck
+
+    class Params:
+        temperature, top_k, top_p, seed = 1.0, 0, 1.0, 0
+
+    row = SmilesRow(vocab, "<MoleculeS>")
+    check = RowCheck(row, vocab.close_id, 48, 8, Params())
+    logits = torch.full((2432,), float("-inf"))
+    logits[[i for i, ok in enumerate(vocab.smiles) if ok] + [vocab.close_id]] = 0.0
+    stats = {"checks": 0, "redraws": 0, "row_steps": 0, "dead_ends": 0}
+    for _ in range(48):
+        before = row.fork()
+        check.restrict(logits.clone(), stats)
+        if check.dead:
+            break
+        token = check.chosen
+        assert before.check(token, check.remaining), (before.smiles, vocab.text[token])
+        check.feed(token)
+        if token == vocab.close_id:
+            break
+    assert stats["redraws"] > 0 and stats["row_steps"] > 0
