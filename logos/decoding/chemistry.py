@@ -15,7 +15,14 @@ would make the molecule invalid in a way a partial string can already show:
   (the current atom and every branch point are full) is refused, so a sample can always be closed;
 - **aromatic atoms** must end inside a ring: at the closing tag every aromatic atom lies on a cycle
   of the molecule graph, and no character may leave an aromatic atom that no future ring can pass
-  through (:meth:`SmilesState.aromatic_atoms_can_close`).
+  through (:meth:`SmilesState.aromatic_atoms_can_close`);
+- **kekulé structures**: a finished aromatic system (no atom of it can gain a bond) must have one, and in an
+  unfinished one the atoms that can no longer gain bonds and need a double bond must still pair up over its
+  aromatic bonds (:meth:`SmilesState.open_systems_can_kekulize`, a necessary condition).
+
+A check costs what the token touches: states are copied on write, the atoms on cycles follow each ring
+closure, and the aromatic systems are looked at only where an atom changed since they last passed
+(``touched``), finished ones once (``settled``) - the verdicts of checking everything every time.
 
 What a partial string cannot show (a kekulé structure for an aromatic system, some exotic
 hypervalences) is checked once on the finished span by RDKit; a span that fails is resampled by

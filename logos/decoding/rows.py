@@ -248,7 +248,9 @@ class SmilesRow(RowConstraint):
     The state (:class:`~logos.decoding.chemistry.SmilesState`) follows the span character by character;
     a candidate token is applied to a copy-on-write copy, so a check costs what the token touches. Within
     ``WINDOW`` tokens of the least an ending needs, a token is accepted only if a planned ending
-    (:func:`~logos.decoding.ending.plan_ending`) still fits in the budget after it.
+    (:func:`~logos.decoding.ending.plan_ending`) still fits in the budget after it. The current state's plan is
+    tried first (:meth:`_reuse`: most tokens leave it valid), and the planner's moves per row and step are
+    bounded (``TRIES_PER_STEP``), so a step costs a bounded amount whatever the model writes.
     """
 
     def __init__(self, vocab: SmilesVocab, prompt_tail: str = ""):
