@@ -56,7 +56,8 @@ class SmilesState:
     bond_aromatic: bool = False       # the pending bond was written ':'
     settled: frozenset[int] = frozenset()  # atoms of finished aromatic systems already matched (they never change)
     owned: set[int] | None = field(default=None, repr=False, compare=False)  # atoms this state may change in place
-    cycles: frozenset[int] | None = field(default=frozenset(), repr=False, compare=False)  # atoms on cycles (None: recompute)
+    cycles: frozenset[int] | None = field(default=frozenset(), repr=False, compare=False)  # atoms on cycles
+    # (None: recompute; kept by each ring closure, see _in_cycles)
     empty_branch: bool = False        # a '(' written, no atom in it yet (RDKit refuses '()')
     lonely: tuple[int, ...] = ()      # aromatic atoms on no cycle yet (kept by _add_atom and _ring)
     touched: set[int] = field(default_factory=set, repr=False, compare=False)  # atoms changed (or no longer anchors)

@@ -103,8 +103,8 @@ class SmilesVocab:
         self._classify()
 
     # first characters of a piece, by what they need of the state before them (no character pending)
-    _FIRST = {**{c: "bond" for c in "-=#$:/\\~"}, "<": "dative", ">": "dative", **{c: "label" for c in "0123456789%"}, "(": "open", ")": "close",
-              ".": "dot"}
+    _FIRST = {**{c: "bond" for c in "-=#$:/\\~"}, "<": "dative", ">": "dative",
+              **{c: "label" for c in "0123456789%"}, "(": "open", ")": "close", ".": "dot"}
 
     def _classify(self) -> None:
         """Each SMILES piece once: the kind of its first character (an atom, a bond, a ring label, a branch opened or
