@@ -33,7 +33,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 MARK = "constraints"
-GUIDE = ('Models: `tiny` the shipped checkpoints/logos-tiny; `random` a randomly initialised tiny Llama (hidden 64, 2 layers) with the LOGOS tokenizer, whatever it writes must still end; `100m` a randomly initialised ~100M Llama (hidden 768, 12 layers). `before` is the tree of the git ref given, `after` the working tree. Row constraint: chemistry (molecules), copied sequence (binding-site search), composition and closing check (crystals), timed around every call the sampler makes; the grammar mask is timed separately. Worst step: the largest per-row mean of one step. Resampled per row asked: rows that did not end validly and were drawn again (at most 4 times each).')
+GUIDE = ('Models: `tiny` the shipped model (checkpoints/logos-tiny, or `--tiny DIR`); `random` a randomly initialised tiny Llama (hidden 64, 2 layers) with the LOGOS tokenizer, whatever it writes must still end; `100m` a randomly initialised ~100M Llama (hidden 768, 12 layers). `before` is the tree of the git ref given, `after` the working tree. Row constraint: chemistry (molecules), copied sequence (binding-site search), composition and closing check (crystals), timed around every call the sampler makes; the grammar mask is timed separately. Worst step: the largest per-row mean of one step. Resampled per row asked: rows that did not end validly and were drawn again (at most 4 times each).')
 
 # model -> [(task, samples, budget, inputs)]: the shipped model writes molecules; random models test endings
 PLANS = {
@@ -60,9 +60,9 @@ def _random_checkpoint(work: Path, hidden: int, layers: int, intermediate: int, 
     return path
 
 
-def checkpoint_for(model: str, work: Path) -> Path:
+def checkpoint_for(model: str, work: Path, tiny: str | None = None) -> Path:
     if model == "tiny":
-        return REPO / "checkpoints" / "logos-tiny"
+        return Path(tiny) if tiny else REPO / "checkpoints" / "logos-tiny"
     if model == "random":  # the tests' randomly initialised tiny Llama
         return _random_checkpoint(work, 64, 2, 128, 4, 2)
     return _random_checkpoint(work, 768, 12, 3072, 12, 12)  # ~100M with the LOGOS vocabulary
@@ -306,6 +306,7 @@ def main() -> None:
     ap.add_argument("--before", help="also measure this git ref's tree (e.g. main)")
     ap.add_argument("--models", default="tiny,random", help="tiny (shipped), random (random tiny), 100m (random ~100M)")
     ap.add_argument("--n", type=int, default=128, help="molecule samples per run, shipped model")
+    ap.add_argument("--tiny", help="the shipped model's checkpoint (default checkpoints/tiny-moses)")
     ap.add_argument("--n-random", type=int, default=64, help="molecule samples per run, random tiny model")
     ap.add_argument("--n-100m", type=int, default=16, help="molecule samples per run, random ~100M model")
     ap.add_argument("--tasks", default="molecule,pocket,crystal", help="tasks to measure (of each model's plan)")
@@ -335,7 +336,7 @@ def main() -> None:
                 got = {}
                 for constrained in (True, False):
                     if checkpoint is None:
-                        checkpoint = str(checkpoint_for(model, work))
+                        checkpoint = str(checkpoint_for(model, work, args.tiny))
                     per_model = {"tiny": args.n, "random": args.n_random, "100m": args.n_100m}[model]
                     spec = {"task": task, "n": n or per_model, "budget": budget, "inputs": inputs, "model": model,
                             "checkpoint": checkpoint, "constrained": constrained, "seed": args.seed,

@@ -6,7 +6,7 @@ apart from the character-level state machine in :mod:`logos.generate.chemistry`.
 
 from __future__ import annotations
 
-__all__ = ["cycle_atoms", "perfect_matching", "unpruned"]
+__all__ = ["cycle_atoms", "perfect_matching", "covering_matching", "unpruned", "path_atoms"]
 
 
 def cycle_atoms(atoms) -> set[int]:
@@ -99,3 +99,85 @@ def unpruned(atoms, anchors: set[int]) -> set[int]:
                 if degree[j] <= 1 and j not in anchors:
                     leaves.append(j)
     return alive
+
+
+def covering_matching(atoms, must: list[int], optional: list[int]) -> bool:
+    """Whether the atoms of ``must`` can all be paired over aromatic bonds, with each other or with atoms of
+    ``optional`` (which may also stay unpaired): a kekulé structure is still possible for an aromatic system whose
+    atoms ``optional`` can still gain bonds. :func:`perfect_matching` is the case without optional atoms.
+
+    A greedy pairing first (found: done); else the same memoised search as :func:`perfect_matching` (the ``must``
+    atom with the fewest partners first); networkx's weighted matching when it branches too much.
+    """
+    need, free = set(must), set(optional) - set(must)
+    if not need:
+        return True
+    if not free:
+        return perfect_matching(atoms, must)
+    every = need | free
+    partners = {i: frozenset(j for j in atoms[i].aromatic_bonds if j in every and j != i) for i in every}
+    if any(not partners[i] for i in need):
+        return False
+    taken: set[int] = set()  # greedy first (the atom with the fewest partners, a needing partner first): usually enough
+    for i in sorted(need, key=lambda k: len(partners[k])):
+        if i in taken:
+            continue
+        options = [j for j in partners[i] if j not in taken]
+        if not options:
+            break
+        taken.update((i, min(options, key=lambda j: (j not in need, len(partners[j]), j))))
+    else:
+        return True
+    seen: set[frozenset[int]] = set()
+    steps = [0]
+
+    def match(left: frozenset[int]) -> bool | None:
+        todo = left & need
+        if not todo:
+            return True
+        if left in seen:
+            return False
+        steps[0] += 1
+        if steps[0] > 2000:
+            return None
+        i = min(todo, key=lambda k: (len(partners[k] & left), k))
+        for j in partners[i] & left:
+            found = match(left - {i, j})
+            if found is None or found:
+                return found
+        seen.add(left)
+        return False
+
+    found = match(frozenset(every))
+    if found is not None:
+        return found
+    import networkx as nx
+
+    graph = nx.Graph()
+    graph.add_nodes_from(every)
+    graph.add_edges_from((i, j, {"weight": (i in need) + (j in need)}) for i in every for j in partners[i] if i < j)
+    covered = {k for edge in nx.max_weight_matching(graph) for k in edge}
+    return need <= covered
+
+
+def path_atoms(atoms, start: int, goal: int) -> list[int]:
+    """The atoms of a shortest path from ``start`` to ``goal`` in the molecule graph (both included; [] if none)."""
+    if start == goal:
+        return [start]
+    parent = {start: start}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for i in frontier:
+            for j in atoms[i].neighbours:
+                if j in parent:
+                    continue
+                parent[j] = i
+                if j == goal:
+                    out = [j]
+                    while out[-1] != start:
+                        out.append(parent[out[-1]])
+                    return out
+                nxt.append(j)
+        frontier = nxt
+    return []

@@ -15,7 +15,14 @@ would make the molecule invalid in a way a partial string can already show:
   (the current atom and every branch point are full) is refused, so a sample can always be closed;
 - **aromatic atoms** must end inside a ring: at the closing tag every aromatic atom lies on a cycle
   of the molecule graph, and no character may leave an aromatic atom that no future ring can pass
-  through (:meth:`SmilesState.aromatic_atoms_can_close`).
+  through (:meth:`SmilesState.aromatic_atoms_can_close`);
+- **kekulé structures**: a finished aromatic system (no atom of it can gain a bond) must have one, and in an
+  unfinished one the atoms that can no longer gain bonds and need a double bond must still pair up over its
+  aromatic bonds (:meth:`SmilesState.open_systems_can_kekulize`, a necessary condition).
+
+A check costs what the token touches: states are copied on write, the atoms on cycles follow each ring
+closure, and the aromatic systems are looked at only where an atom changed since they last passed
+(``touched``), finished ones once (``settled``) - the verdicts of checking everything every time.
 
 What a partial string cannot show (a kekulé structure for an aromatic system, some exotic
 hypervalences) is checked once on the finished span by RDKit; a span that fails is resampled by
@@ -27,11 +34,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from logos.decoding.aromatic import cycle_atoms, perfect_matching, unpruned
+from logos.decoding.aromatic import covering_matching, cycle_atoms, path_atoms, perfect_matching, unpruned
 from logos.decoding.atoms import (AROMATIC, BOND_ORDERS, ORGANIC, SmilesError, _Atom, _bracket_prefix,  # noqa: F401
                                   _BRACKET, _CHARGE, _valences)
 
 __all__ = ["SmilesState", "SmilesError"]
+
+OPEN_CHECK = True  # refuse unfinished aromatic systems whose fixed atoms can no longer pair (tests switch it off)
 
 @dataclass
 class SmilesState:
@@ -45,18 +54,22 @@ class SmilesState:
     pending: str = ""                 # a bracket atom, a two-letter element or %nn label being read
     label_ok: bool = False            # a ring label may come next (right after its atom or another label)
     bond_aromatic: bool = False       # the pending bond was written ':'
-    kekule_checked: set[frozenset[int]] = field(default_factory=set)  # final aromatic systems already matched
+    settled: frozenset[int] = frozenset()  # atoms of finished aromatic systems already matched (they never change)
     owned: set[int] | None = field(default=None, repr=False, compare=False)  # atoms this state may change in place
-    cycles: frozenset[int] | None = field(default=None, repr=False, compare=False)  # atoms on cycles (None: recompute)
+    cycles: frozenset[int] | None = field(default=frozenset(), repr=False, compare=False)  # atoms on cycles
+    # (None: recompute; kept by each ring closure, see _in_cycles)
     empty_branch: bool = False        # a '(' written, no atom in it yet (RDKit refuses '()')
+    lonely: tuple[int, ...] = ()      # aromatic atoms on no cycle yet (kept by _add_atom and _ring)
+    touched: set[int] = field(default_factory=set, repr=False, compare=False)  # atoms changed (or no longer anchors)
+    # since the aromatic systems were last checked: only their systems can have changed (see :meth:`dead_end`)
 
     def copy(self) -> "SmilesState":
         """A copy that shares the atoms until either side changes one (copy on write: :meth:`_own`), so trying a
         token on a long molecule costs what the token touches, not the molecule's size."""
         self.owned = set()
         return SmilesState(list(self.atoms), self.current, list(self.branches), dict(self.rings), self.bond,
-                           self.pending, self.label_ok, self.bond_aromatic, set(self.kekule_checked), set(),
-                           self.cycles, self.empty_branch)
+                           self.pending, self.label_ok, self.bond_aromatic, self.settled, set(),
+                           self.cycles, self.empty_branch, self.lonely, set(self.touched))
 
     def _own(self, i: int) -> _Atom:
         """Atom ``i``, copied first unless this state already owns it (atoms may be shared with copies)."""
@@ -65,6 +78,7 @@ class SmilesState:
         if i not in self.owned:
             self.atoms[i] = self.atoms[i].copy()
             self.owned.add(i)
+        self.touched.add(i)
         return self.atoms[i]
 
     # ------------------------------------------------------------------ characters
@@ -76,13 +90,34 @@ class SmilesState:
         if self.pending in ("C", "B"):  # C or B (or Cl, Br): the atom must fit either way
             ahead = self.copy()
             ahead.flush()
-        if not ahead.pending and not ahead.completable():
-            raise SmilesError("no atom left to close the open rings")
-        if not ahead.pending and not ahead.aromatic_atoms_can_close():
-            raise SmilesError("an aromatic atom can no longer end up in a ring")
-        if not ahead.pending and not ahead.final_systems_kekulize():
-            raise SmilesError("a finished aromatic system cannot be kekulized")
-        self.kekule_checked = ahead.kekule_checked
+        if not ahead.pending:
+            problem = ahead.dead_end()
+            if problem is not None:
+                raise SmilesError(problem)
+        self.settled = ahead.settled
+
+    def dead_end(self) -> str | None:
+        """Why no continuation of this state (no pending characters) can end validly, None if none is seen:
+        open rings no atom can close, an aromatic atom no ring can reach, a finished aromatic system without a kekulé
+        structure, or an unfinished one whose fixed atoms can no longer be paired (:meth:`open_systems_can_kekulize`).
+
+        Aromatic systems are looked at only where they contain a ``touched`` atom: one changed, added or no longer able
+        to grow since the checks last passed (a system of unchanged atoms that were anchors before are anchors still
+        passes as it did); they pass, ``touched`` is cleared.
+        """
+        if not self.completable():
+            return "no atom left to close the open rings"
+        anchors = None
+        if self.lonely_aromatic():
+            anchors = self._anchors()
+            if not self.aromatic_atoms_can_close(anchors):
+                return "an aromatic atom can no longer end up in a ring"
+        if not self.final_systems_kekulize(anchors):
+            return "a finished aromatic system cannot be kekulized"
+        if OPEN_CHECK and not self.open_systems_can_kekulize(anchors):
+            return "an aromatic system being written can no longer be kekulized"
+        self.touched = set()
+        return None
 
     def _char(self, ch: str) -> None:
         if self.pending:
@@ -116,11 +151,14 @@ class SmilesState:
         elif ch == ")":
             if not self.branches or self.bond is not None or self.empty_branch:
                 raise SmilesError("unbalanced or empty branch")
+            self.touched.add(self.current)  # the branch's last atom stops growing
             self.current = self.branches.pop()
             self.label_ok = False
         elif ch == ".":
             if self.branches or self.bond is not None:
                 raise SmilesError("'.' inside a branch or after a bond")
+            if self.current is not None:
+                self.touched.add(self.current)
             self.current, self.label_ok = None, False
         elif ch in BOND_ORDERS:
             if self.current is None or self.bond is not None:
@@ -242,6 +280,9 @@ class SmilesState:
         elif self.bond is not None:
             raise SmilesError("bond without an atom before it")
         self.atoms.append(atom)
+        if atom.aromatic:
+            self.lonely += (index,)
+        self.touched.add(index)
         if self.owned is not None:
             self.owned.add(index)
         self.current, self.bond, self.bond_aromatic, self.label_ok = index, None, False, True
@@ -274,12 +315,16 @@ class SmilesState:
                 raise SmilesError("ring closure exceeds an aromatic atom's neighbours")
             aromatic = here.aromatic and far.aromatic and (self.bond is None or self.bond_aromatic) and \
                 (opened is None or opened_aromatic)
+            if self.cycles is not None:  # new cycle atoms: a path between the ends (:meth:`_in_cycles`)
+                self.cycles = self.cycles.union(path_atoms(self.atoms, other, self.current))
             here, far = self._own(self.current), self._own(other)
             here.bond(other, order, aromatic)
             far.bond(self.current, order - reserved, aromatic)
             far.open_rings -= 1
-            here.in_ring = far.in_ring = True
-            self.cycles = None  # a ring closure is the only move that makes a new cycle
+            here.in_ring = far.in_ring = True  # a ring closure is the only move that makes a new cycle
+            if self.lonely:
+                cycles = self._in_cycles()
+                self.lonely = tuple(i for i in self.lonely if i not in cycles and not self.atoms[i].in_ring)
         self.bond, self.bond_aromatic = None, False
 
     # ------------------------------------------------------------------ ends
@@ -292,7 +337,10 @@ class SmilesState:
         return any(self.atoms[i].free >= need for i in points) if points else False
 
     def _in_cycles(self) -> set[int]:
-        """Atoms on a closed cycle of the molecule graph (kept until the next ring closure)."""
+        """Atoms on a closed cycle of the molecule graph, kept up to date by each ring closure: closing a ring between
+        atoms a and b puts on a cycle exactly the atoms of a shortest a-b path before the closure (each is an end of
+        a bridge on it, which the new bond makes part of a cycle, or already on a cycle); computed from scratch
+        (Tarjan) only for a state whose cycles were never followed."""
         if self.cycles is None:
             self.cycles = frozenset(cycle_atoms(self.atoms))
         return self.cycles
@@ -302,32 +350,71 @@ class SmilesState:
         anchors = {i for i in [self.current, *self.branches] if i is not None and self.atoms[i].free > 0}
         return anchors | {atom for atom, *_ in self.rings.values()}
 
-    def final_systems_kekulize(self) -> bool:
+    def _system(self, start: int) -> set[int]:
+        """The aromatic system of atom ``start``: the atoms its aromatic bonds reach."""
+        system, stack = {start}, [start]
+        atoms = self.atoms
+        while stack:
+            for j in atoms[stack.pop()].aromatic_bonds:
+                if j not in system:
+                    system.add(j)
+                    stack.append(j)
+        return system
+
+    def final_systems_kekulize(self, anchors: set[int] | None = None) -> bool:
         """Whether every *finished* aromatic system (none of its atoms can gain a bond) has a kekulé structure:
-        a perfect matching, over its aromatic bonds, of the atoms that need a double bond."""
-        anchors, seen = self._anchors(), set()
-        for start, atom in enumerate(self.atoms):
-            if not atom.aromatic or start in seen:
+        a perfect matching, over its aromatic bonds, of the atoms that need a double bond. A finished system never
+        changes, so once matched its atoms are ``settled`` and not looked at again."""
+        settled = self.settled
+        todo = [i for i in self.touched if self.atoms[i].aromatic and i not in settled]
+        if not todo:
+            return True
+        anchors = self._anchors() if anchors is None else anchors
+        seen: set[int] = set()
+        for start in todo:
+            if start in seen:
                 continue
-            system, stack = {start}, [start]
-            while stack:
-                for j in self.atoms[stack.pop()].aromatic_bonds:
-                    if j not in system:
-                        system.add(j)
-                        stack.append(j)
+            system = self._system(start)
             seen |= system
-            key = frozenset(system)
-            if system & anchors or key in self.kekule_checked:
+            if not system.isdisjoint(anchors):
                 continue
             needing = [i for i in system if self.atoms[i].needs_double()]
             if len(needing) % 2:
                 return False
             if needing and not perfect_matching(self.atoms, needing):
                 return False
-            self.kekule_checked.add(key)
+            settled = settled | system
+        self.settled = settled
         return True
 
-    def aromatic_atoms_can_close(self) -> bool:
+    def open_systems_can_kekulize(self, anchors: set[int] | None = None) -> bool:
+        """Whether every *unfinished* aromatic system (one of its atoms can still gain a bond) may still have a kekulé
+        structure: its atoms that can gain no bond keep their bonds, so those needing a double bond must pair up over
+        the system's aromatic bonds, with each other or with atoms that can still gain bonds (which may also pair with
+        atoms still to come). A necessary condition, so it refuses only continuations that cannot end validly."""
+        atoms = self.atoms
+        todo = [i for i in self.touched if atoms[i].aromatic]
+        if not todo:
+            return True
+        anchors = self._anchors() if anchors is None else anchors
+        seen: set[int] = set()
+        for start in todo:
+            if start in seen:
+                continue
+            system = self._system(start)
+            seen |= system
+            if len(system) < 3 or system.isdisjoint(anchors):  # (a finished one: final_systems_kekulize)
+                continue
+            must = [i for i in system if i not in anchors and atoms[i].needs_double()]
+            if must and not covering_matching(atoms, must, [i for i in system if i in anchors]):
+                return False
+        return True
+
+    def lonely_aromatic(self) -> list[int]:
+        """Aromatic atoms on no cycle yet."""
+        return list(self.lonely)
+
+    def aromatic_atoms_can_close(self, anchors: set[int] | None = None) -> bool:
         """Whether every aromatic atom outside a ring can still become part of one.
 
         A future ring passes through an existing atom only if the atom lies on the path between two
@@ -336,13 +423,10 @@ class SmilesState:
         leaves those paths (and the closed rings); an aromatic atom on no cycle that is pruned away, or
         left with a single anchor, is lost (only the current atom may still open a ring of its own).
         """
-        lonely = [i for i, a in enumerate(self.atoms) if a.aromatic and not a.in_ring]
-        if lonely:
-            cycles = self._in_cycles()
-            lonely = [i for i in lonely if i not in cycles]
+        lonely = self.lonely_aromatic()
         if not lonely:
             return True
-        anchors = self._anchors()
+        anchors = self._anchors() if anchors is None else anchors
         # the current atom may still open a ring itself (a label right after it); any other needs two anchors
         lonely = [i for i in lonely if not (i == self.current and self.label_ok and self.atoms[i].free > 0)]
         if not lonely:
@@ -368,6 +452,7 @@ class SmilesState:
         if aromatic and not set(aromatic) <= self._in_cycles():
             return False
         ended = self.copy()
+        ended.touched.add(self.current)
         ended.current = None  # at the end no atom gains a bond: every system is finished
         return ended.final_systems_kekulize()
 

@@ -38,30 +38,32 @@ def _moves(state: SmilesState) -> list[str]:
     return moves
 
 
-def _apply(state: SmilesState, move: str) -> SmilesState | None:
+def _apply(state: SmilesState, move: str, tries: list[int] | None = None) -> SmilesState | None:
+    if tries is not None:
+        tries[0] -= 1
     trial = state.copy()
     try:
         for ch in move:
             trial._char(ch)
         trial.flush()
-        if not trial.completable() or not trial.aromatic_atoms_can_close() or not trial.final_systems_kekulize():
+        if trial.dead_end() is not None:
             return None
     except SmilesError:
         return None
     return trial
 
 
-def _greedy(start: SmilesState, limit: int, max_nodes: int) -> str | None:
+def _greedy(start: SmilesState, limit: int, max_nodes: int, tries: list[int] | None = None) -> str | None:
     """Depth first, moves in order (ring closures, branch ends, then atoms): finds a short ending in a few moves."""
     stack = [("", start, iter(_moves(start)))]
     nodes = 0
-    while stack and nodes < max_nodes:
+    while stack and nodes < max_nodes and (tries is None or tries[0] > 0):
         path, s, moves = stack[-1]
         move = next(moves, None)
         if move is None:
             stack.pop()
             continue
-        nxt = _apply(s, move)
+        nxt = _apply(s, move, tries)
         nodes += 1
         if nxt is None:
             continue
@@ -73,11 +75,13 @@ def _greedy(start: SmilesState, limit: int, max_nodes: int) -> str | None:
     return None
 
 
-def plan_ending(state: SmilesState, limit: int = 48, max_nodes: int = 400, quick: int = 40) -> str | None:
+def plan_ending(state: SmilesState, limit: int = 48, max_nodes: int = 400, quick: int = 40,
+                tries: list[int] | None = None) -> str | None:
     """A short suffix after which the span may close (``""``: it may close now), or None within the bounds.
 
     A depth-first try of ``quick`` moves first (the common case: close the ring, the branch); then a best-first
-    search of up to ``max_nodes`` states for the shortest ending.
+    search of up to ``max_nodes`` states for the shortest ending. ``tries`` (a one-element list) bounds the moves
+    tried, shared by several calls: each move tried takes one, and the search stops when none is left.
     """
     start = state.copy()
     try:
@@ -88,15 +92,15 @@ def plan_ending(state: SmilesState, limit: int = 48, max_nodes: int = 400, quick
         return ""
     if start.lower_bound() > limit:
         return None
-    found = _greedy(start, min(limit, start.lower_bound() + 8), quick) if quick else None
+    found = _greedy(start, min(limit, start.lower_bound() + 8), quick, tries) if quick else None
     if found is not None or max_nodes <= quick:
         return found
     heap = [(start.lower_bound(), 0, 0, "", start)]
     count, seen = 1, {""}
-    while heap and count < max_nodes:
+    while heap and count < max_nodes and (tries is None or tries[0] > 0):
         *_, path, s = heapq.heappop(heap)
         for rank, move in enumerate(_moves(s)):
-            nxt = _apply(s, move)
+            nxt = _apply(s, move, tries)
             if nxt is None:
                 continue
             new = path + move

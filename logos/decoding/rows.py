@@ -18,6 +18,10 @@ and a vLLM logits processor (one object per request):
     Whether the row must now follow its planned ending, and that ending as token ids (closing tag
     included). Near the budget every accepted token keeps a planned ending within it, so a row that
     follows it always ends.
+``possible() -> numpy bool array | None``
+    A superset of the tokens ``check`` accepts now (False only where it surely refuses), from the state's small
+    signature and a classification of the vocabulary made once; None when it cannot tell. Engines drop the other
+    tokens before redrawing (the restricted distribution is unchanged, with fewer draws and checks).
 ``advance(token)``, ``fork()``, ``failure``, ``budget(default)``
     Accept a token; an independent copy (beam search, speculative steps); why the row cannot end
     validly (None while it can: the engine resamples the row); the length budget the row needs.
@@ -32,6 +36,8 @@ from __future__ import annotations
 import functools
 import re
 
+import numpy as np
+
 from logos.science.chemistry import CLOSE as MOL_CLOSE, OPEN as MOL_OPEN
 from logos.decoding.chemistry import SmilesError, SmilesState
 from logos.decoding.ending import plan_ending
@@ -40,8 +46,9 @@ __all__ = ["RowConstraint", "SmilesRow", "CompositionRow", "CopyRow", "SmilesVoc
 
 WINDOW = 8       # within this many tokens of what an ending needs at least, every token must keep a planned ending
 MARGIN = 2       # follow the planned ending when the budget left is its length plus this
-PLANS_PER_STEP = 12  # planner calls one row may make per step (checks beyond it refuse risky tokens)
-CAREFUL = 2      # refusals after which a row's aromatic tokens are also checked with a planned ending
+TRIES_PER_STEP = 300  # planner moves one row may try per step (then its checks refuse the tokens that need a plan)
+CAREFUL = 2      # aromatic refusals after which a row's aromatic tokens are also checked with a planned ending
+WANDERING = 6    # refusals of any kind after which they are too, and RDKit checks each planned molecule
 _RISKY = frozenset("[%<>~$*/\\.:")  # characters after which the state machine alone may not see a dead end
 _SMILES_CHARS = re.compile(r"[A-Za-z0-9()\[\]=#$:/\\.@+\-%*~<>]+")
 
@@ -69,6 +76,9 @@ class RowConstraint:
     def budget(self, default: int) -> int:
         return default
 
+    def possible(self) -> np.ndarray | None:
+        return None
+
     def fork(self) -> "RowConstraint":
         raise NotImplementedError
 
@@ -90,6 +100,74 @@ class SmilesVocab:
                 self.piece[t] = i
         self.longest = max(map(len, self.piece), default=1)
         self.plans: dict[tuple[str, bool], tuple[list[int] | None, int]] = {}  # span text -> planned ending
+        self._classify()
+
+    # first characters of a piece, by what they need of the state before them (no character pending)
+    _FIRST = {**{c: "bond" for c in "-=#$:/\\~"}, "<": "dative", ">": "dative",
+              **{c: "label" for c in "0123456789%"}, "(": "open", ")": "close", ".": "dot"}
+
+    def _classify(self) -> None:
+        """Each SMILES piece once: the kind of its first character (an atom, a bond, a ring label, a branch opened or
+        closed, a dot) and the deepest it closes branches opened before it; :meth:`possible` turns these into the
+        pieces a state signature may accept (:meth:`SmilesRow.possible`)."""
+        n = len(self.text)
+        kinds = ("atom", "bond", "dative", "label", "open", "close", "dot")
+        self.first = {k: np.zeros(n, dtype=bool) for k in kinds}
+        self.unbranch = np.zeros(n, dtype=np.int64)  # branches before the piece that it closes
+        self.dot_depth = np.full(n, 1, dtype=np.int64)  # depth of its first '.' (1: none), which must be the top level
+        self.spelled = np.zeros(n, dtype=bool)  # reads as SMILES from a state with nothing pending
+        for i, t in enumerate(self.text):
+            if not self.smiles[i]:
+                continue
+            self.spelled[i] = _spelled(t)
+            self.first[self._FIRST.get(t[0], "atom")][i] = True
+            depth = low = 0
+            inside = False
+            for ch in t:
+                if ch == "[":
+                    inside = True
+                elif ch == "]":
+                    inside = False
+                elif not inside and ch == "(":
+                    depth += 1
+                elif not inside and ch == ")":
+                    depth -= 1
+                    low = min(low, depth)
+                elif not inside and ch == "." and self.dot_depth[i] == 1:
+                    self.dot_depth[i] = depth
+            self.unbranch[i] = -low
+        self._possible: dict[tuple, np.ndarray] = {}
+
+    def possible(self, signature: tuple) -> np.ndarray:
+        """bool [vocabulary]: the SMILES pieces a state of ``signature`` (see :meth:`SmilesRow.possible`) does not
+        surely refuse, plus the closing tag; cached per signature."""
+        mask = self._possible.get(signature)
+        if mask is not None:
+            return mask
+        no_current, bond, full, label_ok, empty_branch, branches = signature
+        f = self.first
+        if no_current:  # the span's first atom, or the one after a '.'
+            ok = f["atom"] | f["dot"]
+        elif full:  # the current atom cannot take the next bond: a branch end or a dot
+            ok = f["close"] | f["dot"]
+        elif bond:  # a bond written: its atom or ring label
+            ok = f["atom"] | (f["label"] if label_ok else False)
+        else:
+            ok = f["atom"] | f["bond"] | f["close"] | f["dot"]
+            if label_ok:
+                ok = ok | f["label"]
+            if not empty_branch:
+                ok = ok | f["open"]
+        ok = ok | f["dative"]  # '<' and '>' are judged later
+        if bond or empty_branch:
+            ok = ok & ~f["close"]
+        if branches or bond:
+            ok = ok & ~f["dot"]
+        ok = ok & self.spelled & (self.unbranch <= branches) & ((self.dot_depth == 1) | (self.dot_depth == -branches))
+        if self.close_id is not None:
+            ok[self.close_id] = True
+        self._possible[signature] = ok
+        return ok
 
     def spell(self, text: str) -> list[int] | None:
         """Token ids spelling ``text`` (longest match first), None if some character has no piece."""
@@ -113,6 +191,49 @@ class SmilesVocab:
         return vocab
 
 
+def _spelled(text: str) -> bool:
+    """Whether ``text`` passes the checks of :class:`SmilesState` that read its characters alone, from a state with
+    nothing pending: no unexpected character, ``%`` and ``<`` followed by what they need, every bracket atom a
+    prefix of a valid one and, once closed, an atom of a real element with its charge and hydrogens (the same code
+    on an empty state). A piece that fails cannot be accepted after any state with nothing pending."""
+    from logos.decoding.atoms import BOND_ORDERS, _bracket_prefix
+
+    pending = ""
+    for ch in text:
+        if pending == "<":
+            if ch != "-":
+                return False
+            pending = ""
+            continue
+        if pending in ("C", "B"):
+            was, pending = pending, ""
+            if (was, ch) in (("C", "l"), ("B", "r")):
+                continue
+        elif pending.startswith("%"):
+            if not ch.isdigit():
+                return False
+            pending += ch
+            if len(pending) == 3:
+                pending = ""
+            continue
+        elif pending:  # inside [...]
+            pending += ch
+            if not _bracket_prefix(pending):
+                return False
+            if ch == "]":
+                try:
+                    SmilesState()._bracket(pending)
+                except SmilesError:
+                    return False
+                pending = ""
+            continue
+        if ch in "[%CB<":
+            pending = ch
+        elif not (ch in "NOPSFIbcnops*().>" or ch.isdigit() or ch in BOND_ORDERS):
+            return False
+    return True
+
+
 @functools.lru_cache(maxsize=65536)
 def _sanitizes(smiles: str) -> bool:
     from rdkit import Chem, rdBase
@@ -127,7 +248,9 @@ class SmilesRow(RowConstraint):
     The state (:class:`~logos.decoding.chemistry.SmilesState`) follows the span character by character;
     a candidate token is applied to a copy-on-write copy, so a check costs what the token touches. Within
     ``WINDOW`` tokens of the least an ending needs, a token is accepted only if a planned ending
-    (:func:`~logos.decoding.ending.plan_ending`) still fits in the budget after it.
+    (:func:`~logos.decoding.ending.plan_ending`) still fits in the budget after it. The current state's plan is
+    tried first (:meth:`_reuse`: most tokens leave it valid), and the planner's moves per row and step are
+    bounded (``TRIES_PER_STEP``), so a step costs a bounded amount whatever the model writes.
     """
 
     def __init__(self, vocab: SmilesVocab, prompt_tail: str = ""):
@@ -141,23 +264,24 @@ class SmilesRow(RowConstraint):
         self._trial: tuple | None = None
         self._plan: list[int] | None = None   # token ids of the planned ending for the current state
         self._planned = False
-        self._plan_calls = self._refusals = 0
+        self._tries, self._refusals, self._aromatic_refusals = [TRIES_PER_STEP], 0, 0
 
     def fork(self) -> "SmilesRow":
         new = SmilesRow.__new__(SmilesRow)
         new.vocab, new.smiles, new.failure = self.vocab, self.smiles, self.failure
         new.state = self.state.copy() if self.state is not None else None
-        new._trial, new._plan, new._planned, new._plan_calls = None, self._plan, self._planned, 0
-        new._refusals = self._refusals
+        new._trial, new._plan, new._planned, new._tries = None, self._plan, self._planned, [TRIES_PER_STEP]
+        new._refusals, new._aromatic_refusals = self._refusals, self._aromatic_refusals
         return new
 
     # ---------------------------------------------------------------- planning
-    def _plan_tokens(self, state: SmilesState, remaining: int, quick: bool = False, text: str | None = None
-                     ) -> list[int] | None:
+    def _plan_tokens(self, state: SmilesState, remaining: int, quick: bool = False, text: str | None = None,
+                     tries: list[int] | None = None) -> list[int] | None:
         """Token ids of a planned ending of ``state`` (whose span text is ``text``) within ``remaining`` tokens.
 
         Plans are shared by all rows through the vocabulary's cache, keyed by the span text (which determines
-        the state): a plan found fits any larger budget, a failure any smaller one.
+        the state): a plan found fits any larger budget, a failure any smaller one (a search cut short by
+        ``tries``, the row's moves left this step, is not remembered).
         """
         limit = max(remaining - 1, 0)
         cache = self.vocab.plans
@@ -168,10 +292,10 @@ class SmilesRow(RowConstraint):
                 return plan
             if plan is None and tried >= limit:
                 return None
-        found = plan_ending(state, limit=limit, max_nodes=100 if quick else 200, quick=40)
+        found = plan_ending(state, limit=limit, max_nodes=100 if quick else 200, quick=40, tries=tries)
         ids = self.vocab.spell(found) if found is not None else None
         plan = None if ids is None else ids + [self.vocab.close_id]
-        if key is not None:
+        if key is not None and (plan is not None or tries is None or tries[0] > 0):
             if len(cache) > 200_000:
                 cache.clear()
             cache[key] = (plan, limit)
@@ -180,18 +304,35 @@ class SmilesRow(RowConstraint):
     def _risky(self, trial: SmilesState, text: str) -> bool:
         """Whether the state machine's own checks may miss a dead end after ``text``: a half-written bracket atom or
         label, an unusual bond or label character (rare in real molecules, frequent from a weak model); and, once
-        the row has had ``CAREFUL`` draws refused, an aromatic system still being written - the state machine checks
-        the kekulé structure of finished systems only, and a model that wanders writes systems no ending completes."""
+        the row has had ``CAREFUL`` draws refused for its aromatic atoms (or ``WANDERING`` for anything), an aromatic
+        system still being written - the state machine checks the kekulé structure of finished systems and a
+        necessary condition on unfinished ones, and a model that wanders writes systems no ending completes."""
         if trial.pending not in ("", "C", "B") or not _RISKY.isdisjoint(text):
             return True
-        if self._refusals < CAREFUL:
+        if self._aromatic_refusals < CAREFUL and self._refusals < WANDERING:
             return False  # a row whose draws are accepted: the state machine's checks suffice
         anchors = [i for i in (trial.current, *trial.branches) if i is not None]
         anchors += [atom for atom, *_ in trial.rings.values()]
         if any(trial.atoms[i].aromatic for i in anchors):
             return True
-        lonely = [i for i, a in enumerate(trial.atoms) if a.aromatic and not a.in_ring]
-        return bool(lonely) and not set(lonely) <= trial._in_cycles()
+        return bool(trial.lonely)
+
+    def _reuse(self, token: int, trial: SmilesState, remaining: int) -> list[int] | None:
+        """The current state's planned ending, if it also ends ``trial`` (the state after ``token``) within
+        ``remaining`` tokens: the incremental plan - a token that follows the plan leaves the rest of it, and most
+        others (a chain atom, a substituent) leave the ending as it was: one :meth:`SmilesState.feed` replaces a
+        search."""
+        plan = self._plan if self._planned else None
+        if plan and plan[0] == token:
+            plan = plan[1:]
+        if not plan or len(plan) > remaining:
+            return None
+        probe = trial.copy()
+        try:
+            probe.feed("".join(self.vocab.text[t] for t in plan[:-1]))
+        except SmilesError:
+            return None
+        return plan if probe.can_close() else None
 
     def ending(self, remaining: int) -> list[int] | None:
         if self.state is None:
@@ -208,6 +349,20 @@ class SmilesRow(RowConstraint):
         return plan is not None and len(plan) + MARGIN >= remaining
 
     # ---------------------------------------------------------------- the interface
+    def possible(self) -> np.ndarray | None:
+        """The pieces the span's state may accept (:meth:`SmilesVocab.possible`), from its signature: whether an atom
+        is current, a bond is pending, the current atom is full, a ring label may follow, a branch is empty, how many
+        branches are open. None outside a span or with a character pending (a bracket atom, a ``%`` label, a ``C``
+        that may become ``Cl``)."""
+        state = self.state
+        if state is None or state.pending:
+            return None
+        current = state.current
+        full = current is not None and state.atoms[current].free < (1 if state.bond is None else state.bond)
+        signature = (current is None, state.bond is not None, full, state.label_ok, state.empty_branch,
+                     min(len(state.branches), 64))
+        return self.vocab.possible(signature)
+
     def check(self, token: int, remaining: int = 1 << 30) -> bool:
         vocab, state = self.vocab, self.state
         if token == vocab.open_id:
@@ -226,33 +381,37 @@ class SmilesRow(RowConstraint):
         trial = state.copy()
         try:
             trial.feed(vocab.text[token])
-        except SmilesError:
+        except SmilesError as e:
             self._refusals += 1
+            self._aromatic_refusals += "aromatic" in str(e)
             return False
         need = trial.lower_bound() + 1  # at least the closing tag
         if need > remaining - 1:
             return False
         near = remaining - 1 <= need + WINDOW  # near the budget: a planned ending must fit after this token
         if near or self._risky(trial, vocab.text[token]):  # or the token may lead where no ending is left
-            if self._plan_calls >= PLANS_PER_STEP:
-                return False
-            self._plan_calls += 1
-            plan = self._plan_tokens(trial, remaining - 1, quick=not near, text=self.smiles + vocab.text[token])
+            plan = self._reuse(token, trial, remaining - 1)
+            if plan is None:
+                if self._tries[0] <= 0:
+                    return False
+                plan = self._plan_tokens(trial, remaining - 1, quick=not near, text=self.smiles + vocab.text[token],
+                                         tries=self._tries)
             if plan is None or len(plan) > remaining - 1:
                 self._refusals += 1
                 return False
-            if not near or not _RISKY.isdisjoint(vocab.text[token]):  # RDKit must accept the planned molecule
+            if not _RISKY.isdisjoint(vocab.text[token]) or (not near and (trial.pending not in ("", "C", "B") or
+                                                                          self._refusals >= WANDERING)):
                 ending = "".join(vocab.text[t] for t in plan[:-1])
                 if not _sanitizes(self.smiles + vocab.text[token] + ending):
                     return False
-            self._trial = (token, trial, plan if near else None)
+            self._trial = (token, trial, plan)
             return True
         self._trial = (token, trial, None)
         return True
 
     def advance(self, token: int) -> None:
         vocab = self.vocab
-        trial, self._trial, self._plan_calls = self._trial, None, 0
+        trial, self._trial, self._tries = self._trial, None, [TRIES_PER_STEP]
         plan = self._plan if self._planned else None
         self._plan, self._planned = None, False
         if token == vocab.open_id and self.state is None:

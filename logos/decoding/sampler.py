@@ -29,6 +29,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from logos.decoding.constraints import GrammarRows
@@ -205,23 +206,37 @@ def _accepted(token: int, logits: torch.Tensor, allowed: torch.Tensor, row: RowC
               generator: torch.Generator, result: RowResult) -> int | None:
     """The row's draw if its constraint accepts it, else a redraw without the refused tokens (None: nothing found).
 
-    Redraws come from the top-k/top-p set; after ``MAX_REDRAWS`` refusals the likeliest grammar-allowed
-    tokens (up to ``MAX_SCAN``) are checked and the row draws among those accepted, in proportion to
-    their probabilities: the restricted distribution over that head, with a bounded number of checks.
+    Redraws come from the top-k/top-p set, less the tokens the row surely refuses (:meth:`RowConstraint.possible`);
+    after ``MAX_REDRAWS`` refusals the likeliest grammar-allowed tokens (up to ``MAX_SCAN``, again only possible
+    ones) are checked and the row draws among those accepted, in proportion to their probabilities: the restricted
+    distribution over that head, with a bounded number of checks.
     """
     if row.check(token, remaining):
         return token
-    logits = logits.clone()
+    probs = torch.softmax(logits.double(), -1).numpy().copy()  # once; each redraw zeroes the refused token
+    possible = row.possible()  # the tokens the row does not surely refuse: the others are dropped at once
+    if possible is not None:
+        n = min(len(possible), len(probs))
+        probs[:n][~possible[:n]] = 0.0
+        probs[n:] = 0.0
     refused = {token}
     for _ in range(MAX_REDRAWS):
-        logits[token] = float("-inf")
+        probs[token] = 0.0
         result.redraws += 1
-        if not torch.isfinite(logits).any():
+        cum = np.cumsum(probs)
+        if not cum[-1] > 0:
             break
-        token = int(torch.multinomial(torch.softmax(logits, -1), 1, generator=generator))
+        u = float(torch.rand((), dtype=torch.float64, generator=generator)) * cum[-1]
+        token = min(int(np.searchsorted(cum, u, side="right")), len(cum) - 1)
+        while probs[token] == 0.0:  # rounding at the very top of the last interval
+            token -= 1
         if row.check(token, remaining):
             return token
         refused.add(token)
+    if possible is not None:
+        keep = torch.zeros(allowed.shape[0], dtype=torch.bool)
+        keep[:n] = torch.from_numpy(possible[:n])
+        allowed = allowed.masked_fill(~keep, float("-inf"))
     finite = int(torch.isfinite(allowed).sum())
     if not finite:
         return None

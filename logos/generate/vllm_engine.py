@@ -149,6 +149,19 @@ class RowCheck:
         scaled = logits.float().cpu() / max(self.temperature, 1e-6)
         return torch.softmax(_filter(scaled[None], self.top_k, self.top_p)[0], -1), scaled
 
+    def _possible(self, n: int):
+        """bool [n]: the tokens the row's constraint does not surely refuse (its ``possible()``), None if it cannot
+        tell."""
+        import torch
+
+        possible = self.constraint.possible()
+        if possible is None:
+            return None
+        keep = torch.zeros(n, dtype=torch.bool)
+        m = min(n, len(possible))
+        keep[:m] = torch.from_numpy(possible[:m])
+        return keep
+
     def _planned(self, allowed, stats: dict) -> int | None:
         plan = self.constraint.ending(self.remaining)
         if plan and bool(torch_isfinite(allowed[plan[0]])):
@@ -183,6 +196,10 @@ class RowCheck:
             stats["checks"] += 1
             if self._check(token, remaining):
                 return token
+            if not refused:  # the first refusal: drop every token the row surely refuses (as the built-in engine)
+                keep = self._possible(probs.shape[0])
+                if keep is not None:
+                    probs, allowed = probs.masked_fill(~keep, 0.0), allowed.masked_fill(~keep, float("-inf"))
             refused.add(token)
             stats["redraws"] += 1
             probs[token] = 0.0

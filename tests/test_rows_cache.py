@@ -1,0 +1,244 @@
+"""What makes the row constraints cheap must not change what they accept.
+
+- the aromatic checks look only at systems with an atom changed since they last passed (``touched``) and skip
+  finished systems already matched (``settled``): the same verdicts as checking every system every time;
+- ring closures keep the set of atoms on cycles up to date: the same set as Tarjan's algorithm from scratch;
+- :meth:`SmilesRow.possible` (a small state signature and the vocabulary classified once) is a superset of the
+  tokens a row accepts, on real molecules and on what a random model writes;
+- the unfinished-aromatic-system check (:meth:`SmilesState.open_systems_can_kekulize`) refuses only tokens after
+  which no ending exists, and its matching agrees with networkx;
+- the sampler's redraws sample the model's distribution restricted to the accepted tokens.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from rdkit import Chem, rdBase
+
+import logos.decoding.chemistry as chemistry
+from conftest import REPO
+from logos.decoding.aromatic import covering_matching, cycle_atoms
+from logos.decoding.chemistry import SmilesError, SmilesState
+from logos.decoding.constraints import TokenTable
+from logos.decoding.ending import plan_ending
+from logos.decoding.rows import RowConstraint, SmilesRow, SmilesVocab
+from logos.decoding.sampler import RowResult, _accepted
+
+TOKENIZER = REPO / "tokenizers" / "default"
+REAL = ["CC(=O)Oc1ccccc1C(=O)O", "Cc1ccc(NC(=O)C2CCN(c3ncccn3)CC2)cc1C", "O=C(NCc1ccco1)c1ccc2c(c1)OCO2",
+        "COc1ccc(-c2nc3ccccc3c(=O)n2C)cc1OC", "CN1CCN(C(=O)c2cc3cc(Cl)ccc3[nH]2)CC1", "C[C@@H](N)C(=O)[O-].[Na+]",
+        "Cc1ccc2c(cnn2C2CCCCO2)c1-c1ccc2ncccc2c1", "c1ccc2c(c1)[nH]c1ccccc12", "O=c1[nH]c(=O)c2ccccc2[nH]1"]
+# what a random model writes (prefixes accepted token by token): odd atoms, dots, dative bonds, open systems
+WILD = ["CC(=O)O~CC(=O)Cn1n2co", "c1ccns([O][Pd]2CCCN2CCNCC(=O)O~CC(=O)C1CCOC12)n1", "Cc1c2ccccc2nc1-",
+        "c1ccc2ncccc2c1:Cc1nC[C@H]c1cccc(Cc1cccc", "[B-](F)(F)F.CC[O-]", "CCOC(=O)c1nc2sco(-[O][Pd]1[N"]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(TOKENIZER))
+
+
+@pytest.fixture(scope="module")
+def vocab(tok):
+    return SmilesVocab(TokenTable(tok, 2432))
+
+
+def _prefix_states(tok, vocab, texts):
+    """(span text, state) after each token of each text, as far as the state machine accepts it."""
+    for text in texts:
+        state, written = SmilesState(), ""
+        yield written, state.copy()
+        for t in tok(text, add_special_tokens=False)["input_ids"]:
+            try:
+                state.feed(vocab.text[t])
+            except SmilesError:
+                break
+            written += vocab.text[t]
+            yield written, state.copy()
+
+
+def _candidates(vocab, n=160, seed=0):
+    smiles = [i for i, ok in enumerate(vocab.smiles) if ok]
+    return random.Random(seed).sample(smiles, min(n, len(smiles)))
+
+
+def _verdict(state: SmilesState, text: str, forget: bool) -> bool:
+    trial = state.copy()
+    if forget:  # no memory of earlier checks: every aromatic system looked at afresh
+        trial.touched, trial.settled = set(range(len(trial.atoms))), frozenset()
+    try:
+        trial.feed(text)
+    except SmilesError:
+        return False
+    return trial.can_close() if trial.pending == "" else True
+
+
+def test_touched_and_settled_systems_give_the_verdicts_of_a_full_check(tok, vocab):
+    differ = []
+    for written, state in _prefix_states(tok, vocab, REAL + WILD):
+        for c in _candidates(vocab):
+            text = vocab.text[c]
+            if _verdict(state, text, False) != _verdict(state, text, True):
+                differ.append((written, text))
+    assert not differ, differ[:5]
+
+
+def test_cycles_follow_ring_closures_exactly(tok, vocab):
+    for written, state in _prefix_states(tok, vocab, REAL + WILD + ["C1CC2CC1CC2", "C1.C1", "c1ccc2cc3ccccc3cc2c1"]):
+        assert state._in_cycles() == frozenset(cycle_atoms(state.atoms)), written
+
+
+def test_possible_tokens_include_every_accepted_one(tok, vocab):
+    """On real and random-model rows: every token the row's check accepts is possible, and most refusals are
+    already ruled out by the signature."""
+    missed, refused, ruled_out = [], 0, 0
+    every = [i for i, ok in enumerate(vocab.smiles) if ok]
+    for text in REAL + WILD:
+        row = SmilesRow(vocab, "<MoleculeS>")
+        for t in tok(text, add_special_tokens=False)["input_ids"] + [vocab.close_id]:
+            mask = row.possible()
+            if mask is not None:
+                for c in every + [vocab.close_id]:
+                    ok = row.check(c, 200)
+                    if ok and not mask[c]:
+                        missed.append((row.smiles, vocab.text[c]))
+                    refused += not ok
+                    ruled_out += not ok and not mask[c]
+            if not row.check(t, 200):
+                break
+            row.advance(t)
+    assert not missed, missed[:5]
+    assert ruled_out > 0.4 * refused
+
+
+def test_a_cached_signature_mask_equals_a_fresh_one(vocab):
+    signature = (False, False, False, True, False, 1)
+    cached = vocab.possible(signature)
+    vocab._possible.clear()
+    assert (vocab.possible(signature) == cached).all()
+
+
+def test_open_system_check_refuses_only_dead_ends(tok, vocab, monkeypatch):
+    """Tokens refused only because an unfinished aromatic system can no longer pair: without that check, a wide
+    search finds no ending that RDKit accepts."""
+    new = []
+    for written, state in _prefix_states(tok, vocab, REAL + WILD):
+        for c in _candidates(vocab, 80):
+            text = vocab.text[c]
+            trial = state.copy()
+            try:
+                trial.feed(text)
+            except SmilesError as e:
+                if "being written" in str(e):
+                    new.append(written + text)
+    assert new, "no token refused by the open-system check in these rows"
+    monkeypatch.setattr(chemistry, "OPEN_CHECK", False)
+    for text in random.Random(0).sample(new, min(8, len(new))):
+        state = SmilesState()
+        state.feed(text)
+        ending = plan_ending(state, limit=24, max_nodes=1500, quick=100)
+        if ending is not None:
+            with rdBase.BlockLogs():
+                assert Chem.MolFromSmiles(text + ending) is None, (text, ending)
+
+
+def test_covering_matching_agrees_with_networkx():
+    import networkx as nx
+
+    class A:
+        def __init__(self):
+            self.aromatic_bonds = set()
+
+    rng = random.Random(1)
+    for _ in range(500):
+        n = rng.randint(2, 14)
+        atoms = [A() for _ in range(n)]
+        for i in range(n):
+            for j in range(i + 1, n):
+                if rng.random() < 0.3:
+                    atoms[i].aromatic_bonds.add(j)
+                    atoms[j].aromatic_bonds.add(i)
+        must = [i for i in range(n) if rng.random() < 0.6]
+        optional = [i for i in range(n) if i not in must and rng.random() < 0.5]
+        every = set(must) | set(optional)
+        g = nx.Graph()
+        g.add_nodes_from(every)
+        g.add_edges_from((i, j, {"weight": (i in must) + (j in must)}) for i in every
+                         for j in atoms[i].aromatic_bonds if j in every and i < j)
+        covered = {k for edge in nx.max_weight_matching(g) for k in edge}
+        assert covering_matching(atoms, must, optional) == (set(must) <= covered)
+
+
+def test_reused_endings_close_validly(tok, vocab):
+    """A row near its budget accepts tokens whose planned ending (reused or searched) fits; following the plan
+    it keeps closes a molecule RDKit accepts."""
+    for text in REAL[:6]:
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        row = SmilesRow(vocab, "<MoleculeS>")
+        budget = len(ids) + 12
+        for k, t in enumerate(ids[:-2]):
+            assert row.check(t, budget - k), (text, k)
+            row.advance(t)
+        remaining = budget - len(ids) + 2
+        plan = row.ending(remaining)
+        assert plan is not None and len(plan) <= remaining
+        for t in plan:
+            assert row.check(t, remaining)
+            if t != vocab.close_id:
+                row.advance(t)
+            remaining -= 1
+        with rdBase.BlockLogs():
+            assert Chem.MolFromSmiles(row.smiles) is not None, row.smiles
+
+
+class _Refuses(RowConstraint):
+    def __init__(self, refused):
+        self.refused = set(refused)
+
+    def check(self, token, remaining=1 << 30):
+        return token not in self.refused
+
+
+def test_redraws_sample_the_restricted_distribution():
+    logits = torch.log(torch.tensor([0.30, 0.25, 0.20, 0.15, 0.10], dtype=torch.float32))
+    row = _Refuses({0, 2})
+    generator = torch.Generator().manual_seed(0)
+    counts = torch.zeros(5)
+    n = 4000
+    for _ in range(n):
+        first = int(torch.multinomial(torch.softmax(logits, -1), 1, generator=generator))
+        counts[_accepted(first, logits, logits, row, 10, generator, RowResult())] += 1
+    assert counts[0] == counts[2] == 0
+    expected = torch.tensor([0.25, 0.15, 0.10]) / 0.5
+    assert torch.allclose(counts[[1, 3, 4]] / n, expected, atol=0.03), counts
+
+
+def test_vllm_row_check_draws_only_accepted_tokens(vocab):
+    """The vLLM processor's adapter (which drops impossible tokens after a refusal, as the built-in engine does)
+    chooses tokens the row accepts, from a model that proposes any SMILES piece."""
+    from logos.generate.vllm_engine import RowCheck
+
+    class Params:
+        temperature, top_k, top_p, seed = 1.0, 0, 1.0, 0
+
+    row = SmilesRow(vocab, "<MoleculeS>")
+    check = RowCheck(row, vocab.close_id, 48, 8, Params())
+    logits = torch.full((2432,), float("-inf"))
+    logits[[i for i, ok in enumerate(vocab.smiles) if ok] + [vocab.close_id]] = 0.0
+    stats = {"checks": 0, "redraws": 0, "row_steps": 0, "dead_ends": 0}
+    for _ in range(48):
+        before = row.fork()
+        check.restrict(logits.clone(), stats)
+        if check.dead:
+            break
+        token = check.chosen
+        assert before.check(token, check.remaining), (before.smiles, vocab.text[token])
+        check.feed(token)
+        if token == vocab.close_id:
+            break
+    assert stats["redraws"] > 0 and stats["row_steps"] > 0
