@@ -306,7 +306,7 @@ def main() -> None:
     ap.add_argument("--before", help="also measure this git ref's tree (e.g. main)")
     ap.add_argument("--models", default="tiny,random", help="tiny (shipped), random (random tiny), 100m (random ~100M)")
     ap.add_argument("--n", type=int, default=128, help="molecule samples per run, shipped model")
-    ap.add_argument("--tiny", help="the shipped model's checkpoint (default checkpoints/tiny-moses)")
+    ap.add_argument("--tiny", help="the shipped model's checkpoint (default checkpoints/logos-tiny)")
     ap.add_argument("--n-random", type=int, default=64, help="molecule samples per run, random tiny model")
     ap.add_argument("--n-100m", type=int, default=16, help="molecule samples per run, random ~100M model")
     ap.add_argument("--tasks", default="molecule,pocket,crystal", help="tasks to measure (of each model's plan)")
