@@ -225,3 +225,50 @@ def test_summary_counts_novelty_against_a_reference_in_other_spellings(tmp_path)
     assert all(line.strip() not in known for line in reference.read_text().splitlines())
     line = molecule_summary(result, reference)
     assert f"unique {len(unique)} " in line and f"novel {len(unique) - 3} " in line, line
+
+
+def test_molecules_are_whole_records_not_the_first_span_of_a_reaction(tmp_path):
+    """The shipped model also writes molecules as the first span of reactions: its corpus holds thousands of
+    retrosynthesis records of one Suzuki coupling that open with its product. A molecule sample is kept with the
+    model's probability of the end of document after it (rejection sampling), so that product, which the model
+    almost never ends a record with, is drawn again instead of making up a share of the molecules."""
+    product = _canonical("Cc1ccc2c(cnn2C2CCCCO2)c1-c1ccc2ncccc2c1")
+    out = tmp_path / "m.smi"
+    result = generate(SHIPPED, out, GenerateOptions(task="molecule", n=48, batch_size=16, seed=0), progress=False)
+    smiles = [_canonical(line.split()[0]) for line in out.read_text().splitlines()]
+    assert len(smiles) == 48 and None not in smiles
+    assert result.not_whole > 0 and result.stats.end_draws >= 48
+    assert product not in smiles
+    assert len(set(smiles)) >= 46
+
+
+def test_end_of_document_draw_keeps_rows_with_its_probability(random_model):
+    """sample_batch with ``then_id``: a finished row whose next token cannot be the end of document is rejected
+    (status NOT_WHOLE), one whose next token must be it is kept."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from logos.decoding.sampler import NOT_WHOLE, sample_batch
+
+    tok = AutoTokenizer.from_pretrained(str(random_model))
+    model = AutoModelForCausalLM.from_pretrained(str(random_model)).eval()
+    stop, eos = tok.convert_tokens_to_ids("<MoleculeE>"), tok.eos_token_id
+
+    class EndsAfterStop(torch.nn.Module):  # the real model, with the end of document's logit set after <MoleculeE>
+        def __init__(self, end_logit: float):
+            super().__init__()
+            self.inner, self.end_logit = model, end_logit
+
+        def forward(self, input_ids, **kw):
+            out = self.inner(input_ids=input_ids, **kw)
+            after_stop = input_ids[:, -1] == stop
+            out.logits[after_stop, -1, eos] = self.end_logit
+            out.logits[~after_stop, -1, stop] = 50.0  # close at once
+            return out
+
+    banned = torch.zeros(model.config.vocab_size, dtype=torch.bool)
+    prompts = [[tok.bos_token_id, tok.convert_tokens_to_ids("<MoleculeS>"), tok.convert_tokens_to_ids("C")]] * 4
+    for end_logit, status in ((float("-inf"), NOT_WHOLE), (1e4, "done")):
+        results = sample_batch(EndsAfterStop(end_logit), prompts, tok.pad_token_id, stop, banned,
+                               Sampling(max_new_tokens=8), torch.Generator().manual_seed(0), then_id=eos)
+        assert [r.status for r in results] == [status] * 4

@@ -35,7 +35,9 @@ import torch
 from logos.decoding.constraints import GrammarRows
 from logos.decoding.rows import RowConstraint
 
-__all__ = ["Sampling", "RowResult", "StepStats", "sample_batch"]
+__all__ = ["Sampling", "RowResult", "StepStats", "sample_batch", "NOT_WHOLE"]
+
+NOT_WHOLE = "not-whole"  # a finished row the model would not end the document after (drawn again)
 
 MAX_REDRAWS = 16  # per row and step; then the likeliest candidates are checked ...
 MAX_SCAN = 256    # ... up to this many (grammar-allowed, before top-k/top-p)
@@ -71,12 +73,14 @@ class StepStats:
     check_seconds: float = 0.0
     row_steps: int = 0
     worst_step_row_seconds: float = 0.0
+    end_draws: int = 0  # end-of-document draws of finished rows (``then_id``)
 
     def add(self, other: "StepStats") -> None:
         self.steps += other.steps
         self.mask_seconds += other.mask_seconds
         self.check_seconds += other.check_seconds
         self.row_steps += other.row_steps
+        self.end_draws += other.end_draws
         self.worst_step_row_seconds = max(self.worst_step_row_seconds, other.worst_step_row_seconds)
 
 
@@ -101,8 +105,11 @@ def _draw(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
 @torch.no_grad()
 def sample_batch(model, prompts: list[list[int]], pad_id: int, stop_id: int, banned: torch.Tensor,
                  sampling: Sampling, generator: torch.Generator, grammar: GrammarRows | None = None,
-                 rows: list[RowConstraint | None] | None = None, stats: StepStats | None = None) -> list[RowResult]:
-    """Sample one completion per prompt (token ids, without the prompt)."""
+                 rows: list[RowConstraint | None] | None = None, stats: StepStats | None = None,
+                 then_id: int | None = None) -> list[RowResult]:
+    """Sample one completion per prompt (token ids, without the prompt). With ``then_id`` (the end of document), a
+    finished row is kept with the model's probability of ``then_id`` after it and otherwise gets the status
+    :data:`NOT_WHOLE` (the caller draws it again): rejection sampling of completions that end the document."""
     stats = stats if stats is not None else StepStats()
     rows = rows if rows is not None else [None] * len(prompts)
     device = next(model.parameters()).device
@@ -114,11 +121,22 @@ def sample_batch(model, prompts: list[list[int]], pad_id: int, stop_id: int, ban
     results = [RowResult() for _ in prompts]
     cache_arg = _cache_argument(model)
     cache = None
-    for step in range(sampling.max_new_tokens):
+    pending: list[int] = []  # rows that have just closed and wait for the end-of-document draw
+    for step in range(sampling.max_new_tokens + 1):
         out = model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True,
                     **{cache_arg: cache})
         cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
         raw = out.logits[:, -1, : banned.shape[0]].float()                                      # [B, V]
+        if pending:
+            ends = torch.softmax(raw[pending] / max(sampling.temperature, 1e-6), dim=-1)[:, then_id]
+            draws = torch.rand(len(pending), generator=generator)
+            for i, p_end, u in zip(pending, ends.tolist(), draws.tolist()):
+                if u >= p_end:
+                    results[i].status = NOT_WHOLE
+            stats.end_draws += len(pending)
+            pending = []
+        if step == sampling.max_new_tokens or all(r.status != "running" for r in results):
+            break
         active = [r.status == "running" for r in results]
         logits = (raw / max(sampling.temperature, 1e-6)).masked_fill(banned, float("-inf"))
         stats.steps += 1
@@ -180,11 +198,13 @@ def sample_batch(model, prompts: list[list[int]], pad_id: int, stop_id: int, ban
                 spent += time.perf_counter() - t
             if token == stop_id:
                 r.status = "done"
+                if then_id is not None:
+                    pending.append(i)
         stats.check_seconds += spent
         stats.row_steps += n_active
         if n_active:
             stats.worst_step_row_seconds = max(stats.worst_step_row_seconds, spent / n_active)
-        if all(r.status != "running" for r in results):
+        if all(r.status != "running" for r in results) and not pending:
             break
         ids = chosen.to(device)[:, None]
         attention = torch.cat([attention, torch.ones(B, 1, dtype=attention.dtype, device=device)], dim=1)

@@ -12,7 +12,10 @@ grammar and the row constraint (chemistry of molecule spans; for crystals, the p
 Conditional answers are ranked by likelihood; for ``retro`` and ``forward`` equal canonical answers
 are merged (their count kept, the best log-probability ranks them). A sample whose molecule span
 RDKit refuses, that hits a dead end or runs out of budget is resampled up to ``--resamples`` times;
-what still fails is logged (``OUT.errors.jsonl``) and the exit status is 1.
+what still fails is logged (``OUT.errors.jsonl``) and the exit status is 1. For tasks whose completion
+is a whole record (molecules), a finished sample is kept with the model's probability of the end of
+document after it, else drawn again (at most ``MAX_WHOLE_DRAWS`` times): the model writes molecules
+as the first span of reactions too, and those are not samples of a standalone molecule.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import torch
 from tqdm import tqdm
 
 from logos.domains.base import WriterOptions
-from logos.decoding.sampler import RowResult, Sampling, StepStats, sample_batch
+from logos.decoding.sampler import NOT_WHOLE, RowResult, Sampling, StepStats, sample_batch
 from logos.tasks import Task, get
 from logos.tasks.prompts import Prompt, build_prompts
 from logos.language.grammar import READABLE_GRAMMARS
@@ -36,6 +39,7 @@ from logos.util.records import ErrorLog, InputError, RecordError, errors_path_fo
 __all__ = ["GenerateOptions", "GenerateResult", "generate", "run", "load_checkpoint", "SUPPORTED_GRAMMARS"]
 
 SUPPORTED_GRAMMARS = READABLE_GRAMMARS  # from logos.language.grammar
+MAX_WHOLE_DRAWS = 16  # draws of one sample of a whole-record task (Task.whole_document) before the last is kept
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,7 @@ class GenerateResult:
     redraws: int
     resampled: int
     stats: StepStats = field(default_factory=StepStats)
+    not_whole: int = 0  # finished samples drawn again because the model would not end the record after them
 
     @property
     def texts(self) -> list[str]:
@@ -90,7 +95,9 @@ class GenerateResult:
         steps = max(self.stats.steps, 1)
         return (f"{n} samples, {self.written} written ({self.written / max(n, 1):.1%}); "
                 f"{n / max(self.seconds, 1e-9):.1f} samples/s, {self.tokens / max(self.seconds, 1e-9):,.0f} tokens/s; "
-                f"{self.resampled} resampled ({self.resampled / max(n, 1):.2f} per row asked), {self.redraws} "
+                f"{self.resampled} resampled ({self.resampled / max(n, 1):.2f} per row asked), "
+                + (f"{self.not_whole} drawn again as not a whole record, " if self.not_whole else "")
+                + f"{self.redraws} "
                 f"constrained redraws; masks "
                 f"{1000 * self.stats.mask_seconds / steps:.2f} ms/step, row constraints "
                 f"{1e6 * self.stats.check_seconds / max(self.stats.row_steps, 1):.0f} us/row/step")
@@ -151,7 +158,7 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
     generator = torch.Generator().manual_seed(options.seed)
     queue: list[tuple[Prompt, int]] = [(p, 0) for p, k in prompts for _ in range(k)]
     samples: list[Sample] = []
-    tokens = redraws = resampled = 0
+    tokens = redraws = resampled = not_whole = 0
     stats = StepStats()
     bar = tqdm(total=len(queue), unit="sample", desc=f"generate {task.name}", file=sys.stderr, dynamic_ncols=True,
                disable=None if progress is None else not progress, mininterval=0.5)
@@ -168,10 +175,17 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
             chunk_sampling = replace(sampling, max_new_tokens=length_budget(task, texts, rows,
                                                                             options.sampling.max_new_tokens))
             results = sample_batch(model, ids, pad_id, stop_id, banned, chunk_sampling, generator, grammar, rows,
-                                   stats)
+                                   stats, then_id=tok.eos_token_id if task.whole_document and stop_id != tok.eos_token_id
+                                   else None)
             for (prompt, attempt), r in zip(chunk, results):
                 tokens += len(r.tokens)
                 redraws += r.redraws
+                if r.status == NOT_WHOLE:  # rejection sampling of whole records, bounded: the last draw is kept
+                    if attempt < MAX_WHOLE_DRAWS:
+                        queue.append((prompt, attempt + 1))
+                        not_whole += 1
+                        continue
+                    r.status = "done"
                 if r.status != "done" and attempt < options.resamples:
                     queue.append((prompt, attempt + 1))
                     resampled += 1
@@ -184,7 +198,7 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
     ranked = finish(task, samples, out, writer_cls, options.writer, errors)
     errors.close()
     return GenerateResult(ranked, errors.count - sum(not s.written for s in ranked), time.perf_counter() - start,
-                          tokens, redraws, resampled, stats)
+                          tokens, redraws, resampled, stats, not_whole)
 
 
 def length_budget(task: Task, texts: list[str], rows, asked: int) -> int:

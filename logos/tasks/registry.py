@@ -132,6 +132,10 @@ class Task:
     """A completion that marks no pocket is an answer (a binding-site search that finds none), not a failure."""
     extra_output: Callable | None = None
     """``(ranked samples, out path)``: a file written beside the task's output."""
+    whole_document: bool = False
+    """The completion is a whole record: a finished sample is kept with the model's probability of the end of
+    document after it and drawn again otherwise (rejection sampling), so what the model writes as the start of a
+    longer record (a reaction's first molecule) is not taken for a standalone one."""
     # -- finetuning
     pairs: Callable | None = None
     """``(path, PairOptions, errors) -> records``: prompt -> completion pairs of a source file."""
@@ -167,7 +171,7 @@ _CHAINS = frozenset({"<ProteinS>", "<ProteinE>", "<PocketS>", "<PocketE>", "<Ant
 TASKS: dict[str, Task] = {t.name: t for t in (
     Task("molecule", "molecules (unconditional)", "task_molecule", "<MoleculeE>", frozenset({"<MoleculeE>"}),
          rules="task_molecule: molecule", prompts=_prompts("head_prompts", "<MoleculeS>"), rows=_chemistry_rows,
-         evaluate=True, reference="moses-test"),
+         whole_document=True, evaluate=True, reference="moses-test"),
     Task("forward", "reaction products from reactants", "task_forward", "eos", _MOL, conditional=True, budget=128,
          rules="task_forward: molecules op_react molecules", prompts=_prompts("reaction_prompts", "forward"),
          rows=_chemistry_rows, answer=_reaction_answer("products"), pairs=_pairs("reaction_pairs"),
