@@ -180,7 +180,7 @@ def test_random_model_binding_site_search_always_ends(random_model, tmp_path):
 
 def test_random_model_crystals_every_reader_accepts(random_model, tmp_path):
     """Crystals from compositions: each ends within the budget its composition implies; every CIF written reads in
-    pymatgen and gemmi, has no two atoms closer than 0.5 A, and spglib finds the declared group or a supergroup."""
+    pymatgen and gemmi, has no two atoms closer than 0.5 A, and spglib finds the declared group."""
     import warnings
 
     import gemmi
@@ -280,3 +280,16 @@ def test_no_new_site_starts_once_every_atom_is_placed():
     assert feasible(target, text + " ", final=False)  # the space before the coordinate
     assert not feasible(target, text + " 0.5043 ", final=False)
     assert feasible(target, text + " 0.5043", final=True)
+
+
+def test_a_crystal_closes_only_in_the_group_it_declares():
+    """P4mm (99) declared: a cell whose atoms sit where a higher group puts them (a = c: cubic CsCl; z = 0.4990,
+    within the evaluation's 0.1 A of the mirror at 1/2) is refused at closing; a genuine P4mm cell closes."""
+    from logos.decoding.crystal_check import crystal_problem
+    from logos.science.materials.validity import check_crystal
+
+    head = "<CrystalS>Cl1Na1<sg99>"
+    for body, ok in (("4.000 4.000 Na<wa> 0.0000 Cl<wb> 0.5000", False), ("4.000 4.500 Na<wa> 0.0000 Cl<wb> 0.4990", False),
+                     ("4.000 4.500 Na<wa> 0.0000 Cl<wb> 0.4000", True)):
+        text = head + body + "<CrystalE>"
+        assert (crystal_problem(text) is None) == ok == check_crystal(text).space_group, body

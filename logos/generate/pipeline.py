@@ -156,7 +156,8 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
     doc_start, pad_id = document_start(info, tok), tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     sampling = options.sampling
     generator = torch.Generator().manual_seed(options.seed)
-    queue: list[tuple[Prompt, int]] = [(p, 0) for p, k in prompts for _ in range(k)]
+    # (prompt, resamples, whole-record draws, the last finished draw the model would not end the record after)
+    queue: list[tuple[Prompt, int, int, RowResult | None]] = [(p, 0, 0, None) for p, k in prompts for _ in range(k)]
     samples: list[Sample] = []
     tokens = redraws = resampled = not_whole = 0
     stats = StepStats()
@@ -165,31 +166,33 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
     try:
         while queue:
             chunk, queue = queue[: options.batch_size], queue[options.batch_size:]
-            ids = [[doc_start] + tok(p.text, add_special_tokens=False)["input_ids"] for p, _ in chunk]
-            texts = [p.text for p, _ in chunk]
+            ids = [[doc_start] + tok(p.text, add_special_tokens=False)["input_ids"] for p, *_ in chunk]
+            texts = [p.text for p, *_ in chunk]
             grammar = rows = None
             if options.constrained:
                 grammar = GrammarRows(tok, vocab_rows, [task_grammar(task.start, task.rules + "\n" + p.rules)
-                                                         for p, _ in chunk], [x[1:] for x in ids], stop_id, model.device)
+                                                         for p, *_ in chunk], [x[1:] for x in ids], stop_id, model.device)
                 rows = task.rows(table, texts) if task.rows is not None else None
             chunk_sampling = replace(sampling, max_new_tokens=length_budget(task, texts, rows,
                                                                             options.sampling.max_new_tokens))
             results = sample_batch(model, ids, pad_id, stop_id, banned, chunk_sampling, generator, grammar, rows,
                                    stats, then_id=tok.eos_token_id if task.whole_document and stop_id != tok.eos_token_id
                                    else None)
-            for (prompt, attempt), r in zip(chunk, results):
+            for (prompt, attempt, draws, kept), r in zip(chunk, results):
                 tokens += len(r.tokens)
                 redraws += r.redraws
                 if r.status == NOT_WHOLE:  # rejection sampling of whole records, bounded: the last draw is kept
-                    if attempt < MAX_WHOLE_DRAWS:
-                        queue.append((prompt, attempt + 1))
+                    r.status = "done"
+                    if draws < MAX_WHOLE_DRAWS:
+                        queue.append((prompt, attempt, draws + 1, r))
                         not_whole += 1
                         continue
-                    r.status = "done"
                 if r.status != "done" and attempt < options.resamples:
-                    queue.append((prompt, attempt + 1))
+                    queue.append((prompt, attempt + 1, draws, kept))
                     resampled += 1
                     continue
+                if r.status != "done" and kept is not None:  # a redraw that failed: the finished sample it replaced
+                    r = kept
                 samples.append(_sample(task, prompt, r, tok))
                 bar.update(1)
             bar.set_postfix(samples_s=f"{len(samples) / (time.perf_counter() - start):.1f}", refresh=False)
