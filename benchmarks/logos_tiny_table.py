@@ -75,9 +75,11 @@ def rows(out: Path) -> list[dict]:
     m = _metrics(out, "mof")
     if m:
         n = m.get("n")
-        add("MOFs", f"{n} samples", f"valid {_pct(m.get('valid'), n)}, linkers valid {_pct(m.get('linkers_valid'), n)}, "
-            f"known node {_pct(m.get('node_known'))}, unique {_pct(m.get('unique'))}, novel {_pct(m.get('novel'))}",
-            "valid >= 80%", (m.get("valid") or 0) >= .8)
+        add("MOFs", f"{n} samples", f"splits into node and RDKit-valid linkers {_pct(m.get('linkers_valid'), n)}; "
+            f"stricter `logos evaluate` validity (node seen in training, >= 2 binding groups per linker) "
+            f"{_pct(m.get('valid'), n)}: known node {_pct(m.get('node_known'))}, binding groups "
+            f"{_pct(m.get('connections_ok'))}; unique {_pct(m.get('unique'))}, novel {_pct(m.get('novel'))}",
+            ">= 80% split into node and RDKit-valid linkers", (m.get("linkers_valid") or 0) >= .8)
     m = _metrics(out, "protein")
     if m:
         add("proteins", f"{m.get('n')} samples",

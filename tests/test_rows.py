@@ -293,3 +293,17 @@ def test_a_crystal_closes_only_in_the_group_it_declares():
                      ("4.000 4.500 Na<wa> 0.0000 Cl<wb> 0.4000", True)):
         text = head + body + "<CrystalE>"
         assert (crystal_problem(text) is None) == ok == check_crystal(text).space_group, body
+
+
+def test_an_unconditional_header_must_be_charge_balanced(tok):
+    """NaCl4 has no charge-neutral assignment of Na and Cl oxidation states: the space-group tag cannot end that
+    header; NaCl can, and so can an alloy of metals (CDVAE's SMACT rules). Pm-3m (221) can place all three."""
+    from logos.decoding.rows import CompositionRow
+
+    table = TokenTable(tok, len(tok))
+    sg225 = tok.convert_tokens_to_ids("<sg221>")
+    for head, ok in (("Cl4Na1", False), ("Cl4Na4", True), ("Cu3Zn1", True)):
+        row = CompositionRow(table, "<CrystalS>")
+        for t in tok(head, add_special_tokens=False)["input_ids"]:
+            row.advance(t)
+        assert row.check(sg225, 800) is ok, head

@@ -438,7 +438,8 @@ class CompositionRow(RowConstraint):
     the closing tag is accepted only when the sites add up to the composition and the decoded crystal is one every
     reader accepts (:func:`logos.decoding.crystal_check.crystal_problem`). The header is the prompt's (crystal
     structure prediction) or, unconditionally, the model's own: written canonically (elements in alphabetical order,
-    whole counts) and ended by the space-group tag only when its sites fit in the budget left. With a composition,
+    whole counts, charge-balanced by SMACT's rules as CDVAE scores it, as valences are kept for molecules) and
+    ended by the space-group tag only when its sites fit in the budget left. With a composition,
     sites are fully occupied (no ``<Occ>``), so every site uses up atoms and the row ends within :meth:`budget`."""
 
     MAX_ATOMS = 24  # the largest cell an unconditional row may declare in its header
@@ -481,7 +482,7 @@ class CompositionRow(RowConstraint):
                 return _header_prefix_ok(self.head + piece, self.MAX_ATOMS)
             target = _header_counts(self.head)
             return target is not None and self.need(sum(target.values())) <= remaining and \
-                feasible(target, self.text + piece, False)
+                _charge_balanced(tuple(sorted(target.items()))) and feasible(target, self.text + piece, False)
         if self.target is not None and token == self.occ_id:
             return False  # partial occupancy cannot add up to a composition of whole atoms
         text = self.text + piece
@@ -539,6 +540,15 @@ def _header_prefix_ok(head: str, max_atoms: int) -> bool:
             atoms += 1  # an element being written needs a count of at least 1
         previous = el
     return atoms <= max_atoms
+
+
+@functools.lru_cache(maxsize=65536)
+def _charge_balanced(counts: tuple[tuple[str, int], ...]) -> bool:
+    """Whether a composition the model declares has a charge-neutral assignment of common oxidation states that
+    passes the electronegativity test (SMACT's rules as CDVAE applies them; metals alone always pass)."""
+    from logos.science.materials.validity import cdvae_compositional_validity
+
+    return cdvae_compositional_validity(dict(counts))
 
 
 def _header_counts(head: str) -> dict[str, int] | None:
