@@ -307,3 +307,14 @@ def test_an_unconditional_header_must_be_charge_balanced(tok):
         for t in tok(head, add_special_tokens=False)["input_ids"]:
             row.advance(t)
         assert row.check(sg225, 800) is ok, head
+
+
+def test_a_header_that_can_neither_grow_nor_end_is_refused(tok):
+    """``F18H3Ni3`` holds 24 atoms (the most a header may declare) and is not charge-balanced: no count digit or
+    element may follow and the space-group tag may not end it, so the piece that completes it is refused."""
+    from logos.decoding.rows import CompositionRow, _header_stuck
+
+    assert _header_stuck("F18H3Ni3", CompositionRow.MAX_ATOMS)
+    assert not _header_stuck("F18H3Ni", CompositionRow.MAX_ATOMS)  # still being written
+    assert not _header_stuck("F2Ni1", CompositionRow.MAX_ATOMS)  # balanced
+    assert not _header_stuck("F1Ni1", CompositionRow.MAX_ATOMS)  # unbalanced, but more may follow

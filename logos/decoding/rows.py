@@ -479,7 +479,8 @@ class CompositionRow(RowConstraint):
         piece = self.table.text[token]
         if self.header:
             if not piece.startswith("<sg"):
-                return _header_prefix_ok(self.head + piece, self.MAX_ATOMS)
+                head = self.head + piece
+                return _header_prefix_ok(head, self.MAX_ATOMS) and not _header_stuck(head, self.MAX_ATOMS)
             target = _header_counts(self.head)
             return target is not None and self.need(sum(target.values())) <= remaining and \
                 _charge_balanced(tuple(sorted(target.items()))) and feasible(target, self.text + piece, False)
@@ -549,6 +550,19 @@ def _charge_balanced(counts: tuple[tuple[str, int], ...]) -> bool:
     from logos.science.materials.validity import cdvae_compositional_validity
 
     return cdvae_compositional_validity(dict(counts))
+
+
+@functools.lru_cache(maxsize=65536)
+def _header_stuck(head: str, max_atoms: int) -> bool:
+    """Whether a header that ends in a count can neither be extended (a digit, or a later element) nor ended (it is
+    not charge-balanced): a dead end the row must not enter."""
+    if not head[-1:].isdigit() or _header_counts(head) is None:
+        return False
+    last = _HEAD_PAIR.findall(head)[-1][0]
+    extensions = [head + d for d in "0123456789"] + [head + e + "1" for e in _elements() if e > last]
+    if any(_header_prefix_ok(x, max_atoms) for x in extensions):
+        return False
+    return not _charge_balanced(tuple(sorted(_header_counts(head).items())))
 
 
 def _header_counts(head: str) -> dict[str, int] | None:
