@@ -318,3 +318,12 @@ def test_a_header_that_can_neither_grow_nor_end_is_refused(tok):
     assert not _header_stuck("F18H3Ni", CompositionRow.MAX_ATOMS)  # still being written
     assert not _header_stuck("F2Ni1", CompositionRow.MAX_ATOMS)  # balanced
     assert not _header_stuck("F1Ni1", CompositionRow.MAX_ATOMS)  # unbalanced, but more may follow
+
+
+def test_a_header_element_every_count_of_which_is_stuck_is_refused():
+    """After ``K8Kr4Te4U4Zn2`` (22 atoms) only elements after Zn may follow, with at most 2 atoms; ``Zr`` with 1 or 2
+    atoms leaves nothing after it and is not charge-balanced either way, so starting ``Zr`` is a dead end."""
+    from logos.decoding.rows import CompositionRow, _header_dead
+
+    assert _header_dead("K8Kr4Te4U4Zn2Zr", CompositionRow.MAX_ATOMS)
+    assert not _header_dead("Cl1Na", CompositionRow.MAX_ATOMS)  # Cl1Na1 is balanced

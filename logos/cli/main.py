@@ -472,7 +472,7 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=0, help="length budget (0: the task's default); near it "
                                                                   "only closing moves are allowed")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--resamples", type=int, default=4, help="retries of a sample that fails a check only the "
+    p.add_argument("--resamples", type=int, default=8, help="retries of a sample that fails a check only the "
                                                              "finished sample allows (kekulization) or its budget")
     p.add_argument("--device", default="auto", help="auto (cuda when available, else cpu), cpu, cuda, cuda:1 "
                                                     "(bf16 on GPU)")

@@ -480,7 +480,7 @@ class CompositionRow(RowConstraint):
         if self.header:
             if not piece.startswith("<sg"):
                 head = self.head + piece
-                return _header_prefix_ok(head, self.MAX_ATOMS) and not _header_stuck(head, self.MAX_ATOMS)
+                return _header_prefix_ok(head, self.MAX_ATOMS) and not _header_dead(head, self.MAX_ATOMS)
             target = _header_counts(self.head)
             return target is not None and self.need(sum(target.values())) <= remaining and \
                 _charge_balanced(tuple(sorted(target.items()))) and feasible(target, self.text + piece, False)
@@ -563,6 +563,23 @@ def _header_stuck(head: str, max_atoms: int) -> bool:
     if any(_header_prefix_ok(x, max_atoms) for x in extensions):
         return False
     return not _charge_balanced(tuple(sorted(_header_counts(head).items())))
+
+
+@functools.lru_cache(maxsize=65536)
+def _header_dead(head: str, max_atoms: int) -> bool:
+    """Whether a header prefix leads only to stuck headers within one more count: it is stuck itself, or it ends in
+    an element being written whose every spelling with a first count digit is stuck or too large."""
+    if head[-1:].isdigit():
+        return _header_stuck(head, max_atoms)
+    symbol = _HEAD_PAIR.findall(head)[-1][0]
+    stem = head[: len(head) - len(symbol)]
+    for element in _elements():
+        if element.startswith(symbol):
+            for digit in "123456789":
+                full = stem + element + digit
+                if _header_prefix_ok(full, max_atoms) and not _header_stuck(full, max_atoms):
+                    return False
+    return True
 
 
 def _header_counts(head: str) -> dict[str, int] | None:

@@ -51,7 +51,7 @@ class GenerateOptions:
     seed: int = 0
     constrained: bool = True
     device: str = "cpu"
-    resamples: int = 4
+    resamples: int = 8
     writer: WriterOptions = field(default_factory=WriterOptions)
 
 
