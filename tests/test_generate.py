@@ -272,3 +272,43 @@ def test_end_of_document_draw_keeps_rows_with_its_probability(random_model):
         results = sample_batch(EndsAfterStop(end_logit), prompts, tok.pad_token_id, stop, banned,
                                Sampling(max_new_tokens=8), torch.Generator().manual_seed(0), then_id=eos)
         assert [r.status for r in results] == [status] * 4
+
+
+def test_a_refused_end_of_span_follows_the_planned_ending(random_model):
+    """A model that wants to end its molecule where the span cannot end (a ring and a branch open) ends it by the
+    row's planned ending, not by writing on from the unlikely rest of its distribution until the budget."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from logos.decoding.constraints import TokenTable
+    from logos.decoding.rows import SmilesRow, SmilesVocab
+    from logos.decoding.sampler import StepStats, sample_batch
+
+    tok = AutoTokenizer.from_pretrained(str(random_model))
+    model = AutoModelForCausalLM.from_pretrained(str(random_model)).eval()
+    stop = tok.convert_tokens_to_ids("<MoleculeE>")
+
+    class WantsToEnd(torch.nn.Module):  # the real model, with the closing tag always the likeliest token
+        def __init__(self):
+            super().__init__()
+            self.inner = model
+
+        def forward(self, input_ids, **kw):
+            out = self.inner(input_ids=input_ids, **kw)
+            out.logits[:, -1, stop] = 20.0
+            return out
+
+    vocab = SmilesVocab(TokenTable(tok, model.config.vocab_size))
+    body = "C1CC(C"
+    prompt = [tok.bos_token_id, tok.convert_tokens_to_ids("<MoleculeS>")] + tok(body, add_special_tokens=False)[
+        "input_ids"]
+    rows = [SmilesRow(vocab, "<MoleculeS>" + body) for _ in range(4)]
+    plan = rows[0].ending(64)
+    banned = torch.zeros(model.config.vocab_size, dtype=torch.bool)
+    stats = StepStats()
+    results = sample_batch(WantsToEnd(), [prompt] * 4, tok.pad_token_id, stop, banned, Sampling(max_new_tokens=64),
+                           torch.Generator().manual_seed(0), rows=rows, stats=stats)
+    assert [r.status for r in results] == ["done"] * 4 and stats.closed_by_plan == 4
+    for r in results:
+        assert r.tokens == plan, tok.decode(r.tokens)
+        assert Chem.MolFromSmiles(body + tok.decode(r.tokens[:-1])) is not None

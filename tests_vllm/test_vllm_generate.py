@@ -77,6 +77,7 @@ def test_molecules_are_valid_ranked_and_seeded(llm, exported, tmp_path):
         assert Chem.MolFromSmiles(smi) is not None, smi
     assert len(out.read_text().splitlines()) == 16
     assert result.engine["rows"] == 16 and result.engine["row_steps"] > 0
+    assert result.not_whole > 0  # finished molecules the model would not end the record after: drawn again
     again = generate_vllm(exported, tmp_path / "again.smi", _opts(n=16, seed=0), llm=llm)
     assert again.texts == result.texts and [s.logprob for s in again.samples] == [s.logprob for s in result.samples]
     other = generate_vllm(exported, tmp_path / "other.smi", _opts(n=16, seed=1), llm=llm)
@@ -101,7 +102,7 @@ def test_logprob_is_the_models_own(llm, exported):
     from logos.tasks import TASKS
 
     from logos.tasks.prompts import build_prompts
-    from logos.generate.vllm_engine import Checkpoint, sample_jobs
+    from logos.generate.vllm_engine import Checkpoint, end_probabilities, sample_jobs
 
     ck = Checkpoint(exported)
     task = TASKS["molecule"]
@@ -114,6 +115,10 @@ def test_logprob_is_the_models_own(llm, exported):
             logp = torch.log_softmax(model(torch.tensor([full])).logits[0].float(), -1)
         want = sum(float(logp[j - 1, full[j]]) for j in range(len(ids), len(full)))
         assert abs(want - s.logprob) < 1e-3 * max(1.0, abs(want)), (want, s.logprob)
+        # the whole-record draw: the model's probability of the end of document after the molecule
+        (_, p_end), = end_probabilities(lambda r, p: llm.generate(r, p, use_tqdm=False), [(ids, toks)],
+                                        ck.tok.eos_token_id)
+        assert abs(p_end - float(logp[-1, ck.tok.eos_token_id].exp())) < 1e-3, p_end
 
 
 def test_crystals_add_up_to_their_composition(llm, exported, tmp_path):

@@ -18,6 +18,10 @@ and a vLLM logits processor (one object per request):
     Whether the row must now follow its planned ending, and that ending as token ids (closing tag
     included). Near the budget every accepted token keeps a planned ending within it, so a row that
     follows it always ends.
+``closes(token) -> bool``
+    Whether ``token`` would close the row's open span (the model asking to end it). Engines make a row whose
+    draw of it is refused follow its planned ending: a model that wanted to stop where the span cannot end
+    would otherwise keep writing from the unlikely rest of its distribution until the budget forces an end.
 ``possible() -> numpy bool array | None``
     A superset of the tokens ``check`` accepts now (False only where it surely refuses), from the state's small
     signature and a classification of the vocabulary made once; None when it cannot tell. Engines drop the other
@@ -68,6 +72,9 @@ class RowConstraint:
         pass
 
     def must_close(self, remaining: int) -> bool:
+        return False
+
+    def closes(self, token: int) -> bool:
         return False
 
     def ending(self, remaining: int) -> list[int] | None:
@@ -340,6 +347,9 @@ class SmilesRow(RowConstraint):
         if not self._planned:
             self._plan, self._planned = self._plan_tokens(self.state, remaining, text=self.smiles), True
         return self._plan
+
+    def closes(self, token: int) -> bool:
+        return token == self.vocab.close_id and self.state is not None
 
     def must_close(self, remaining: int) -> bool:
         state = self.state

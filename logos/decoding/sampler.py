@@ -14,7 +14,12 @@ step; left padding, explicit position ids), then
    again (rejection sampling of the restricted distribution). After ``MAX_REDRAWS`` refusals the
    ``MAX_SCAN`` likeliest allowed tokens are checked and the row draws among those accepted; if
    none is, it follows its planned ending, and only when there is none it fails (resampled by the
-   caller) - so the work per row and step is bounded;
+   caller) - so the work per row and step is bounded. Two rules end a span early by its planned
+   ending (:meth:`~logos.decoding.rows.RowConstraint.ending`, the shortest the row's constraint
+   finds): a refused draw of the span's closing tag (the model would end where the span cannot),
+   and ``WANDERING`` refused draws in one span (the row has left what the model knows). Without
+   them such rows write on from the unlikely rest of the distribution until the budget forces an
+   end, and one such row holds its whole batch for the budget's length;
 4. accepted tokens advance the grammar matchers and row constraints; a row ends at its stop token.
 
 Each row's score is the sum of the model's own log-probabilities (temperature 1, before any mask)
@@ -41,6 +46,7 @@ NOT_WHOLE = "not-whole"  # a finished row the model would not end the document a
 
 MAX_REDRAWS = 16  # per row and step; then the likeliest candidates are checked ...
 MAX_SCAN = 256    # ... up to this many (grammar-allowed, before top-k/top-p)
+WANDERING = 8     # draws refused in one span after which the row follows its planned ending (below)
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,7 @@ class StepStats:
     row_steps: int = 0
     worst_step_row_seconds: float = 0.0
     end_draws: int = 0  # end-of-document draws of finished rows (``then_id``)
+    closed_by_plan: int = 0  # spans ended by their planned ending after the model's draw of their end was refused
 
     def add(self, other: "StepStats") -> None:
         self.steps += other.steps
@@ -81,6 +88,7 @@ class StepStats:
         self.check_seconds += other.check_seconds
         self.row_steps += other.row_steps
         self.end_draws += other.end_draws
+        self.closed_by_plan += other.closed_by_plan
         self.worst_step_row_seconds = max(self.worst_step_row_seconds, other.worst_step_row_seconds)
 
 
@@ -122,6 +130,8 @@ def sample_batch(model, prompts: list[list[int]], pad_id: int, stop_id: int, ban
     cache_arg = _cache_argument(model)
     cache = None
     pending: list[int] = []  # rows that have just closed and wait for the end-of-document draw
+    ending_now = [False] * B  # rows following their planned ending (see WANDERING)
+    refused = [0] * B         # draws refused in each row's open span
     for step in range(sampling.max_new_tokens + 1):
         out = model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True,
                     **{cache_arg: cache})
@@ -148,7 +158,7 @@ def sample_batch(model, prompts: list[list[int]], pad_id: int, stop_id: int, ban
         t_step = time.perf_counter()
         forced: dict[int, int] = {}
         for i, row in enumerate(rows):  # rows that must follow their planned ending now
-            if row is not None and active[i] and row.must_close(remaining):
+            if row is not None and active[i] and (ending_now[i] or row.must_close(remaining)):
                 plan = row.ending(remaining)
                 if plan and torch.isfinite(logits[i, plan[0]]) and row.check(plan[0], remaining):
                     forced[i] = plan[0]
@@ -177,7 +187,22 @@ def sample_batch(model, prompts: list[list[int]], pad_id: int, stop_id: int, ban
             row = rows[i]
             if row is not None and i not in forced:
                 t = time.perf_counter()
-                token = _accepted(token, logits[i], allowed[i], row, remaining, generator, r)
+                planned = None
+                if row.closes(token) and not row.check(token, remaining) and row.failure is None:
+                    plan = row.ending(remaining)  # the model would end the span here: end it the shortest way
+                    if plan and torch.isfinite(allowed[i, plan[0]]) and row.check(plan[0], remaining):
+                        planned = plan[0]
+                        stats.closed_by_plan += 1
+                ending_now[i] = planned is not None  # (a row whose ending could not be followed draws again)
+                if planned is not None:
+                    token = planned
+                else:
+                    before = r.redraws
+                    token = _accepted(token, logits[i], allowed[i], row, remaining, generator, r)
+                    stats.closed_by_plan += refused[i] < WANDERING <= refused[i] + r.redraws - before
+                    refused[i] += r.redraws - before
+                    if refused[i] >= WANDERING and token is not None and not row.closes(token):
+                        ending_now[i] = True  # from the next step: the row has left what the model knows
                 if token is None:  # nothing likely enough is accepted: the planned ending, if it has one
                     plan = row.ending(remaining)
                     ok = plan and torch.isfinite(allowed[i, plan[0]]) and row.check(plan[0], remaining)
@@ -194,6 +219,8 @@ def sample_batch(model, prompts: list[list[int]], pad_id: int, stop_id: int, ban
                 grammar.advance(i, token)
             if row is not None:
                 t = time.perf_counter()
+                if row.closes(token):
+                    ending_now[i], refused[i] = False, 0
                 row.advance(token)
                 spent += time.perf_counter() - t
             if token == stop_id:

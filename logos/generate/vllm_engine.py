@@ -21,10 +21,14 @@ shipped model spreads its mass over ~50 of them: ~30 ms per row per step with to
 the processor samples constrained rows itself, exactly as the built-in engine does: it draws from
 the row's grammar-masked distribution (the request's temperature, top-k and top-p, its seed),
 checks the draw, redraws without a refused token (up to ``MAX_REDRAWS``; then it checks the
-``MAX_SCAN`` likeliest candidates and draws among the accepted ones; near the budget it follows the
+``MAX_SCAN`` likeliest candidates and draws among the accepted ones; near the budget, after a refused
+draw of the span's closing tag, or after ``WANDERING`` refused draws in one span, it follows the
 row's planned ending), and leaves only the chosen token finite, so vLLM's sampler takes it. The
-distribution is the model's restricted to accepted continuations, as in the built-in engine; nothing is approximated, only the random stream differs (per request, not
-per batch). A row with nothing acceptable left is a dead end: it is left to the grammar alone
+distribution is the model's restricted to accepted continuations, with the built-in engine's
+ending rules; nothing is approximated, only the random stream differs (per request, not per
+batch). Whole-record tasks (molecules) keep a finished sample with the model's probability of the
+end of document after it, read from the rescoring prefill of that sample with the end appended
+(temperature 1: at other temperatures this is where the engines differ), and draw it again otherwise. A row with nothing acceptable left is a dead end: it is left to the grammar alone
 and resampled by the front end. Every finished row is checked again in the front end (RDKit
 parses each molecule span, the sites add up to the composition) and resampled when it fails;
 first-try validity, resampled rows, candidates checked and redraws per row per step are reported.
@@ -40,7 +44,9 @@ small JSON file (``LOGOS_VLLM_STATS``).
 from __future__ import annotations
 
 import json
+import math
 import os
+import random
 import sys
 import time
 from dataclasses import dataclass, field
@@ -100,6 +106,8 @@ class RowCheck:
         self.consumed = 0     # output tokens fed so far
         self.dead = False     # nothing acceptable was found: left to the grammar, resampled by the front end
         self.chosen = None    # the token this processor chose last
+        self.ending_now = False  # following the planned ending (as the built-in engine: see its WANDERING)
+        self.refused = 0      # draws refused in the open span
         self._last = None     # the token checked last (its checked state is the one ``advance`` takes)
         self.temperature = float(getattr(params, "temperature", 1.0) or 0.0)
         self.top_k = int(getattr(params, "top_k", 0) or 0)
@@ -133,6 +141,8 @@ class RowCheck:
             chosen, self.chosen = self.chosen, None
             if token != chosen and not self.constraint.check(token, self.remaining):
                 self.dead = True  # not the token this processor chose (cannot happen unless vLLM overrides it)
+            if self.constraint.closes(token):
+                self.ending_now, self.refused = False, 0
             self.constraint.advance(token)
         self.consumed += 1
 
@@ -172,16 +182,29 @@ class RowCheck:
 
     def choose(self, logits, stats: dict) -> int | None:
         """The row's next token, drawn and checked as the built-in engine does (None: a dead end)."""
+        from logos.decoding.sampler import WANDERING
+
+        before = stats["redraws"]
+        token = self._choose(logits, stats)
+        refused = stats["redraws"] - before
+        stats["closed_by_plan"] += self.refused < WANDERING <= self.refused + refused
+        self.refused += refused
+        if self.refused >= WANDERING and token is not None and not self.constraint.closes(token):
+            self.ending_now = True  # from the next step: the row has left what the model knows
+        return token
+
+    def _choose(self, logits, stats: dict) -> int | None:
         import torch
 
         from logos.decoding.sampler import MAX_REDRAWS, MAX_SCAN
 
         c, remaining = self.constraint, self.remaining
         stats["row_steps"] += 1
-        if c.must_close(remaining):  # near the budget: follow the planned ending
+        if self.ending_now or c.must_close(remaining):  # near the budget, or wandering: the planned ending
             token = self._planned(logits, stats)
             if token is not None:
                 return token
+            self.ending_now = False
         if remaining <= self.slack and bool(torch.isfinite(logits[self.stop_id])):  # close where able
             stats["checks"] += 1
             if self._check(self.stop_id, remaining):
@@ -196,6 +219,12 @@ class RowCheck:
             stats["checks"] += 1
             if self._check(token, remaining):
                 return token
+            if not refused and c.closes(token) and c.failure is None:  # the model would end the span here
+                planned = self._planned(allowed, stats)
+                if planned is not None:
+                    self.ending_now = True
+                    stats["closed_by_plan"] += 1
+                    return planned
             if not refused:  # the first refusal: drop every token the row surely refuses (as the built-in engine)
                 keep = self._possible(probs.shape[0])
                 if keep is not None:
@@ -254,7 +283,8 @@ class _Rows:
         self.table = TokenTable(tok, vocab_size)
         self.eos_id = tok.eos_token_id
         self.rows: dict[int, RowCheck] = {}
-        self.stats = {"checks": 0, "redraws": 0, "row_steps": 0, "dead_ends": 0, "seconds": 0.0, "requests": 0}
+        self.stats = {"checks": 0, "redraws": 0, "row_steps": 0, "dead_ends": 0, "seconds": 0.0, "requests": 0,
+                      "closed_by_plan": 0}
         self._stats_path = os.environ.get(STATS_ENV)
         self._written, self._rows_seen = 0.0, -1
 
@@ -541,6 +571,8 @@ class SampleRun:
     tokens: int = 0
     resampled: int = 0
     first_try_valid: int = 0
+    not_whole: int = 0   # finished molecules drawn again: the model would not end the record after them
+    scored: set = field(default_factory=set)    # id() of samples whose model log-probability is already known
     seconds: float = 0.0
 
 
@@ -551,7 +583,7 @@ def sample_jobs(run, ck: Checkpoint, task, jobs, options, progress: bool = False
     from vllm.sampling_params import StructuredOutputsParams
 
     from logos.tasks.continuation import continuation_grammar
-    from logos.generate.pipeline import sample_of
+    from logos.generate.pipeline import MAX_WHOLE_DRAWS, sample_of
 
     s = options.sampling
     stop_id = ck.tok.eos_token_id if task.stop == "eos" else ck.table.id[task.stop]
@@ -561,11 +593,13 @@ def sample_jobs(run, ck: Checkpoint, task, jobs, options, progress: bool = False
         allowed = (~banned[: ck.table.size]).nonzero().flatten().tolist()
     grammars: dict[int, str] = {}
     res = SampleRun()
-    queue = [(i, 0) for i in range(len(jobs))]
+    whole = task.whole_document and stop_id != ck.tok.eos_token_id
+    # (job, resamples, whole-record draws, the last finished draw the model would not end the record after)
+    queue: list[tuple[int, int, int, Any]] = [(i, 0, 0, None) for i in range(len(jobs))]
     t = time.perf_counter()
     while queue:
         requests, params = [], []
-        for i, attempt in queue:
+        for i, attempt, draws, _kept in queue:
             p, ids, row_budget = jobs[i]
             so = None
             if options.constrained:
@@ -574,12 +608,12 @@ def sample_jobs(run, ck: Checkpoint, task, jobs, options, progress: bool = False
                 so = StructuredOutputsParams(grammar=grammars[id(p)])
             params.append(SamplingParams(
                 n=1, temperature=s.temperature, top_k=s.top_k or 0, top_p=s.top_p, max_tokens=row_budget,
-                seed=_seed(options.seed, i, attempt), stop_token_ids=[stop_id], logprobs=0,
+                seed=_seed(options.seed, i, attempt + MAX_WHOLE_DRAWS * draws), stop_token_ids=[stop_id], logprobs=0,
                 skip_special_tokens=False, detokenize=False, structured_outputs=so, allowed_token_ids=allowed,
                 extra_args={ARGS_KEY: request_args(task, p, s.closing_slack)} if options.constrained else None))
             requests.append({"prompt_token_ids": ids})
-        retry = []
-        for (i, attempt), o in zip(queue, run(requests, params)):
+        retry, finished = [], []
+        for (i, attempt, draws, kept), o in zip(queue, run(requests, params)):
             p = jobs[i][0]
             c = o.outputs[0]
             toks = list(c.token_ids)
@@ -591,17 +625,37 @@ def sample_jobs(run, ck: Checkpoint, task, jobs, options, progress: bool = False
             status = "done" if done else "budget"
             if done and options.constrained:
                 status = _valid(task, p.text, text, ck.table) or "done"
-            res.first_try_valid += status == "done" and attempt == 0
+            res.first_try_valid += status == "done" and attempt == 0 and draws == 0
             if status != "done" and attempt < options.resamples:
-                retry.append((i, attempt + 1))
+                retry.append((i, attempt + 1, draws, kept))
                 res.resampled += 1
                 continue
-            res.samples.append(sample_of(task, p, text, logprob, status))
-            res.finals.append((jobs[i][1], toks))
+            if status != "done" and kept is not None:  # a redraw that failed: the finished sample it replaced
+                res.samples.append(kept[0])
+                res.finals.append(kept[1])
+                continue
+            finished.append(((i, attempt, draws), sample_of(task, p, text, logprob, status), (jobs[i][1], toks)))
+        if whole:  # rejection sampling of whole records, as the built-in engine: keep with P(end of document)
+            ends = end_probabilities(run, [f[2] for f in finished if f[1].status == "done"], ck.tok.eos_token_id)
+            for (i, attempt, draws), sample, final in finished:
+                if sample.status == "done":
+                    sample.logprob, p_end = next(ends)  # scored: the final rescoring skips it
+                    res.scored.add(id(sample))
+                    u = random.Random(_seed(options.seed, i, 7 + draws)).random()
+                    if u >= p_end and draws < MAX_WHOLE_DRAWS:
+                        retry.append((i, attempt, draws + 1, (sample, final)))
+                        res.not_whole += 1
+                        continue
+                res.samples.append(sample)
+                res.finals.append(final)
+        else:
+            for _, sample, final in finished:
+                res.samples.append(sample)
+                res.finals.append(final)
         queue = retry
     res.seconds = time.perf_counter() - t
     if options.constrained:  # vLLM's sampled log-probabilities are renormalized over the grammar's mask:
-        rescore(run, res.samples, res.finals)  # score with the model's own, as the built-in engine does
+        rescore(run, res.samples, res.finals, res.scored)  # score with the model's own, as the built-in engine
     return res
 
 
@@ -644,31 +698,52 @@ def generate_vllm(checkpoint: Path, out: Path, options, inputs: Path | None = No
             close_llm(llm)
     ranked = finish(task, res.samples, out, writer_cls, options.writer, errors)
     errors.close()
-    proc = {k: after.get(k, 0) - before.get(k, 0) for k in ("checks", "redraws", "row_steps", "dead_ends", "seconds")}
+    proc = {k: after.get(k, 0) - before.get(k, 0)
+            for k in ("checks", "redraws", "row_steps", "dead_ends", "seconds", "closed_by_plan")}
     result = GenerateResult(ranked, errors.count - sum(not x.written for x in ranked), time.perf_counter() - start,
                             res.tokens, int(proc["redraws"]), res.resampled,
-                            StepStats(steps=int(proc["row_steps"]), check_seconds=float(proc["seconds"])))
+                            StepStats(steps=int(proc["row_steps"]), check_seconds=float(proc["seconds"]),
+                                      closed_by_plan=int(proc["closed_by_plan"])), res.not_whole)
     result.engine = {"engine": "vllm", "first_try_valid": res.first_try_valid, "rows": len(jobs),
                      "sample_seconds": res.seconds, **proc}
     return result
 
 
-def rescore(run, samples, finals) -> None:
-    """Each sample's summed model log-probability (temperature 1, no mask) from one prefill of prompt + output."""
+def rescore(run, samples, finals, scored: set = frozenset()) -> None:
+    """Each sample's summed model log-probability (temperature 1, no mask) from one prefill of prompt + output
+    (except samples whose ``id()`` is in ``scored``)."""
     from vllm import SamplingParams
 
-    requests = [{"prompt_token_ids": ids + toks} for ids, toks in finals if toks]
+    todo = [(sample, ids, toks) for sample, (ids, toks) in zip(samples, finals) if toks and id(sample) not in scored]
+    requests = [{"prompt_token_ids": ids + toks} for _, ids, toks in todo]
     if not requests:
         return
     params = [SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0, detokenize=False)] * len(requests)
     outs = iter(run(requests, params))
-    for sample, (ids, toks) in zip(samples, finals):
-        if not toks:
-            continue
+    for sample, ids, toks in todo:
         lps = next(outs).prompt_logprobs or []
         full = ids + toks
         sample.logprob = sum(float(lps[j][full[j]].logprob) for j in range(len(ids), len(full))
                              if lps[j] is not None and full[j] in lps[j])
+
+
+def end_probabilities(run, finals, eos_id: int):
+    """(the output's summed model log-probability, the model's probability of the end of document after it) per
+    (prompt ids, output ids), temperature 1, from one prefill of prompt + output + end: an iterator, in order."""
+    from vllm import SamplingParams
+
+    if not finals:
+        return iter(())
+    requests = [{"prompt_token_ids": ids + toks + [eos_id]} for ids, toks in finals]
+    params = [SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0, detokenize=False)] * len(requests)
+    out = []
+    for (ids, toks), o in zip(finals, run(requests, params)):
+        lps = o.prompt_logprobs or []
+        full = ids + toks + [eos_id]
+        scores = [float(lps[j][full[j]].logprob) if j < len(lps) and lps[j] and full[j] in lps[j] else -math.inf
+                  for j in range(len(ids), len(full))]
+        out.append((sum(scores[:-1]), math.exp(scores[-1])))
+    return iter(out)
 
 
 def _read_stats(path: Path) -> dict:
