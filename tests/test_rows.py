@@ -154,14 +154,14 @@ def random_model(tmp_path_factory):
 
 
 def test_random_model_molecule_rows_end_and_are_valid(random_model, tmp_path):
-    """Whatever the model, most rows end at the first try (a random model: about two in three; the goal is 95%),
+    """Whatever the model, most rows end at the first try (a random model: about nine in ten; the goal is 95%),
     the rest within a bounded number of resamples, and every written molecule is RDKit-valid."""
     out = tmp_path / "m.smi"
     options = GenerateOptions(task="molecule", n=32, batch_size=16, sampling=Sampling(max_new_tokens=48),
                               resamples=0)
     result = generate(random_model, out, options, progress=False)
     done = [s for s in result.samples if s.status == "done"]
-    assert len(done) >= 0.5 * 32, [(s.status, s.text) for s in result.samples if s.status != "done"]
+    assert len(done) >= 0.8 * 32, [(s.status, s.text) for s in result.samples if s.status != "done"]
     for s in done:
         smi = re.fullmatch(r"<MoleculeS>(.+)<MoleculeE>", s.text).group(1)
         assert _valid(smi), smi

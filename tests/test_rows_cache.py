@@ -212,7 +212,7 @@ def test_redraws_sample_the_restricted_distribution():
     n = 4000
     for _ in range(n):
         first = int(torch.multinomial(torch.softmax(logits, -1), 1, generator=generator))
-        counts[_accepted(first, logits, logits, row, 10, generator, RowResult())] += 1
+        counts[_accepted(first, logits, row, 10, generator, RowResult())] += 1
     assert counts[0] == counts[2] == 0
     expected = torch.tensor([0.25, 0.15, 0.10]) / 0.5
     assert torch.allclose(counts[[1, 3, 4]] / n, expected, atol=0.03), counts
@@ -230,7 +230,7 @@ def test_vllm_row_check_draws_only_accepted_tokens(vocab):
     check = RowCheck(row, vocab.close_id, 48, 8, Params())
     logits = torch.full((2432,), float("-inf"))
     logits[[i for i, ok in enumerate(vocab.smiles) if ok] + [vocab.close_id]] = 0.0
-    stats = {"checks": 0, "redraws": 0, "row_steps": 0, "dead_ends": 0}
+    stats = {"checks": 0, "redraws": 0, "row_steps": 0, "dead_ends": 0, "closed_by_plan": 0}
     for _ in range(48):
         before = row.fork()
         check.restrict(logits.clone(), stats)

@@ -14,6 +14,7 @@ Two layers, combined at every step by the sampler:
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -75,6 +76,14 @@ def task_grammar(start: str, extra_rules: str = "") -> str:
     return re.sub(r"(?m)^start:.*$", f"start: {start}", grammar_text()) + "\n" + extra_rules + "\n"
 
 
+@functools.lru_cache(maxsize=1)
+def _worker():
+    """The one thread that computes prefetched grammar masks."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(1, thread_name_prefix="logos-grammar")
+
+
 class GrammarRows:
     """One llguidance matcher per row; :meth:`mask` gives the bool mask of tokens each row may write next."""
 
@@ -103,10 +112,25 @@ class GrammarRows:
             self.matchers.append(m)
         self.stop_id, self.rows, self.device = stop_id, vocab_rows, device
         self.words = (vocab_rows + 31) // 32
+        self._pending = None  # (active rows, future) of a prefetched mask
         self._bits = torch.arange(32, dtype=torch.int32, device=device)
+
+    def prefetch(self, active: list[bool]) -> None:
+        """Start computing :meth:`mask` for ``active`` in a worker thread (llguidance releases the GIL), so it
+        overlaps the model's forward pass, which it does not depend on; the next :meth:`mask` call with the same
+        ``active`` takes the result. No matcher may advance in between."""
+        self._pending = (list(active), _worker().submit(self._mask, list(active)))
 
     def mask(self, active: list[bool]) -> torch.Tensor:
         """bool [B, V]: allowed tokens per row; a finished (or failed) row may only write the stop token."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            result = pending[1].result()
+            if pending[0] == list(active):
+                return result
+        return self._mask(active)
+
+    def _mask(self, active: list[bool]) -> torch.Tensor:
         from llguidance.numpy import fill_next_token_bitmask
 
         bitmask = np.zeros((len(self.matchers), self.words), dtype=np.int32)

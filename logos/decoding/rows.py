@@ -316,7 +316,9 @@ class SmilesRow(RowConstraint):
         necessary condition on unfinished ones, and a model that wanders writes systems no ending completes."""
         if trial.pending not in ("", "C", "B") or not _RISKY.isdisjoint(text):
             return True
-        if self._aromatic_refusals < CAREFUL and self._refusals < WANDERING:
+        if self._refusals >= 1:
+            return True  # a row that keeps writing what the state machine refuses: every token needs an ending
+        if self._aromatic_refusals < CAREFUL:
             return False  # a row whose draws are accepted: the state machine's checks suffice
         anchors = [i for i in (trial.current, *trial.branches) if i is not None]
         anchors += [atom for atom, *_ in trial.rings.values()]

@@ -12,9 +12,9 @@ step; left padding, explicit position ids), then
 3. each draw is checked by the row's constraint (:mod:`logos.decoding.rows`: chemistry, composition,
    copied sequence); a refused token is removed from that row's distribution and the row draws
    again (rejection sampling of the restricted distribution). After ``MAX_REDRAWS`` refusals the
-   ``MAX_SCAN`` likeliest allowed tokens are checked and the row draws among those accepted; if
-   none is, it follows its planned ending, and only when there is none it fails (resampled by the
-   caller) - so the work per row and step is bounded. Two rules end a span early by its planned
+   row follows its planned ending; without one, the ``MAX_SCAN`` likeliest allowed tokens are
+   checked and the row draws among those accepted, and only when none is it fails (resampled by
+   the caller) - so the work per row and step is bounded. Two rules end a span early by its planned
    ending (:meth:`~logos.decoding.rows.RowConstraint.ending`, the shortest the row's constraint
    finds): a refused draw of the span's closing tag (the model would end where the span cannot),
    and ``WANDERING`` refused draws in one span (the row has left what the model knows). Without
@@ -26,7 +26,9 @@ Each row's score is the sum of the model's own log-probabilities (temperature 1,
 of the tokens it wrote, the likelihood conditional tasks are ranked by. A row that runs out of
 budget, or whose finished span its constraint refuses, is reported as failed (the caller may
 resample it). :class:`StepStats` records the time in the grammar masks and in the row constraints,
-per step and per row-step.
+per step and per row-step. The grammar masks of a step are computed in a worker thread during the
+model's forward pass (they depend only on the tokens written before it); their time is what the
+step waits for them after the forward pass.
 """
 
 from __future__ import annotations
@@ -44,9 +46,9 @@ __all__ = ["Sampling", "RowResult", "StepStats", "sample_batch", "NOT_WHOLE"]
 
 NOT_WHOLE = "not-whole"  # a finished row the model would not end the document after (drawn again)
 
-MAX_REDRAWS = 16  # per row and step; then the likeliest candidates are checked ...
-MAX_SCAN = 256    # ... up to this many (grammar-allowed, before top-k/top-p)
 WANDERING = 8     # draws refused in one span after which the row follows its planned ending (below)
+MAX_REDRAWS = WANDERING  # per row and step; then the planned ending, and without one the likeliest candidates ...
+MAX_SCAN = 256    # ... up to this many (grammar-allowed, before top-k/top-p) are checked
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,8 @@ def sample_batch(model, prompts: list[list[int]], pad_id: int, stop_id: int, ban
     ending_now = [False] * B  # rows following their planned ending (see WANDERING)
     refused = [0] * B         # draws refused in each row's open span
     for step in range(sampling.max_new_tokens + 1):
+        if grammar is not None and step < sampling.max_new_tokens:  # the masks, while the model runs
+            grammar.prefetch([r.status == "running" for r in results])
         out = model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True,
                     **{cache_arg: cache})
         cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
@@ -198,15 +202,15 @@ def sample_batch(model, prompts: list[list[int]], pad_id: int, stop_id: int, ban
                     token = planned
                 else:
                     before = r.redraws
-                    token = _accepted(token, logits[i], allowed[i], row, remaining, generator, r)
+                    token = _accepted(token, logits[i], row, remaining, generator, r)
                     stats.closed_by_plan += refused[i] < WANDERING <= refused[i] + r.redraws - before
                     refused[i] += r.redraws - before
-                    if refused[i] >= WANDERING and token is not None and not row.closes(token):
-                        ending_now[i] = True  # from the next step: the row has left what the model knows
-                if token is None:  # nothing likely enough is accepted: the planned ending, if it has one
+                    if token is None or refused[i] >= WANDERING:  # the row has left what the model knows:
+                        ending_now[i] = token is None or not row.closes(token)  # its planned ending (now or next)
+                if token is None:
                     plan = row.ending(remaining)
                     ok = plan and torch.isfinite(allowed[i, plan[0]]) and row.check(plan[0], remaining)
-                    token = plan[0] if ok else None
+                    token = plan[0] if ok else _scanned(allowed[i], row, remaining, generator)
                 spent += time.perf_counter() - t
             if token is None:
                 r.status = (row.failure if row is not None and row.failure else "dead-end")
@@ -249,14 +253,13 @@ def _cache_argument(model) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-def _accepted(token: int, logits: torch.Tensor, allowed: torch.Tensor, row: RowConstraint, remaining: int,
-              generator: torch.Generator, result: RowResult) -> int | None:
-    """The row's draw if its constraint accepts it, else a redraw without the refused tokens (None: nothing found).
+def _accepted(token: int, logits: torch.Tensor, row: RowConstraint, remaining: int, generator: torch.Generator,
+              result: RowResult) -> int | None:
+    """The row's draw if its constraint accepts it, else a redraw without the refused tokens (None: ``MAX_REDRAWS``
+    redraws refused, or nothing left to draw).
 
-    Redraws come from the top-k/top-p set, less the tokens the row surely refuses (:meth:`RowConstraint.possible`);
-    after ``MAX_REDRAWS`` refusals the likeliest grammar-allowed tokens (up to ``MAX_SCAN``, again only possible
-    ones) are checked and the row draws among those accepted, in proportion to their probabilities: the restricted
-    distribution over that head, with a bounded number of checks.
+    Redraws come from the top-k/top-p set, less the tokens the row surely refuses (:meth:`RowConstraint.possible`):
+    rejection sampling of the model's distribution restricted to accepted tokens.
     """
     if row.check(token, remaining):
         return token
@@ -266,7 +269,6 @@ def _accepted(token: int, logits: torch.Tensor, allowed: torch.Tensor, row: RowC
         n = min(len(possible), len(probs))
         probs[:n][~possible[:n]] = 0.0
         probs[n:] = 0.0
-    refused = {token}
     for _ in range(MAX_REDRAWS):
         probs[token] = 0.0
         result.redraws += 1
@@ -279,16 +281,24 @@ def _accepted(token: int, logits: torch.Tensor, allowed: torch.Tensor, row: RowC
             token -= 1
         if row.check(token, remaining):
             return token
-        refused.add(token)
+    return None
+
+
+def _scanned(allowed: torch.Tensor, row: RowConstraint, remaining: int, generator: torch.Generator) -> int | None:
+    """For a row with neither an accepted draw nor a planned ending: the likeliest grammar-allowed tokens the row does
+    not surely refuse (up to ``MAX_SCAN``) are checked and one of those accepted is drawn, in proportion to its
+    probability (None: none is accepted)."""
+    possible = row.possible()
     if possible is not None:
         keep = torch.zeros(allowed.shape[0], dtype=torch.bool)
+        n = min(len(possible), allowed.shape[0])
         keep[:n] = torch.from_numpy(possible[:n])
         allowed = allowed.masked_fill(~keep, float("-inf"))
     finite = int(torch.isfinite(allowed).sum())
     if not finite:
         return None
     top = torch.topk(allowed, min(MAX_SCAN, finite))
-    ok = [k for k, tok in enumerate(top.indices.tolist()) if tok not in refused and row.check(tok, remaining)]
+    ok = [k for k, tok in enumerate(top.indices.tolist()) if row.check(tok, remaining)]
     if not ok:
         return None
     weights = torch.softmax(top.values[ok], -1)

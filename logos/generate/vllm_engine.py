@@ -20,10 +20,10 @@ mask that holds every accepted token would need a check per grammar-allowed cand
 shipped model spreads its mass over ~50 of them: ~30 ms per row per step with today's checks), so
 the processor samples constrained rows itself, exactly as the built-in engine does: it draws from
 the row's grammar-masked distribution (the request's temperature, top-k and top-p, its seed),
-checks the draw, redraws without a refused token (up to ``MAX_REDRAWS``; then it checks the
-``MAX_SCAN`` likeliest candidates and draws among the accepted ones; near the budget, after a refused
-draw of the span's closing tag, or after ``WANDERING`` refused draws in one span, it follows the
-row's planned ending), and leaves only the chosen token finite, so vLLM's sampler takes it. The
+checks the draw, redraws without a refused token (up to ``MAX_REDRAWS``; near the budget, after
+a refused draw of the span's closing tag, or after ``WANDERING`` refused draws in one span, it
+follows the row's planned ending; a row without one checks the ``MAX_SCAN`` likeliest candidates
+and draws among the accepted ones), and leaves only the chosen token finite, so vLLM's sampler takes it. The
 distribution is the model's restricted to accepted continuations, with the built-in engine's
 ending rules; nothing is approximated, only the random stream differs (per request, not per
 batch). Whole-record tasks (molecules) keep a finished sample with the model's probability of the
@@ -232,6 +232,10 @@ class RowCheck:
             refused.add(token)
             stats["redraws"] += 1
             probs[token] = 0.0
+        self.ending_now = True  # redraws refused: the planned ending (now and on), else the likeliest candidates
+        planned = self._planned(allowed, stats)
+        if planned is not None:
+            return planned
         finite = int(torch.isfinite(allowed).sum())
         if finite:  # then the likeliest grammar-allowed candidates: a draw among those accepted
             top = torch.topk(allowed, min(MAX_SCAN, finite))
@@ -246,7 +250,7 @@ class RowCheck:
                     return int(top.indices[ok[0]])
                 weights = torch.softmax(top.values[ok], -1)
                 return int(top.indices[ok][int(torch.multinomial(weights, 1, generator=self.generator))])
-        return self._planned(allowed, stats)  # nothing likely enough: the planned ending, if there is one
+        return None
 
     def restrict(self, logits, stats: dict) -> None:
         """Leave only the chosen token in ``logits`` [V] (grammar-masked, unscaled), so vLLM's sampler takes it."""
