@@ -240,6 +240,9 @@ def test_molecules_are_whole_records_not_the_first_span_of_a_reaction(tmp_path):
     assert result.not_whole > 0 and result.stats.end_draws >= 48
     assert product not in smiles
     assert len(set(smiles)) >= 46
+    first = generate(SHIPPED, tmp_path / "f.smi", GenerateOptions(task="molecule", n=16, seed=0, whole_draws=0),
+                     progress=False)  # the first finished molecule of each row, as the model wrote it
+    assert first.not_whole == 0 and first.stats.end_draws == 0 and first.written == 16
 
 
 def test_end_of_document_draw_keeps_rows_with_its_probability(random_model):

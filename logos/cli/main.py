@@ -235,7 +235,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
                         max_new_tokens=args.max_new_tokens)
     options = GenerateOptions(task=args.task, n=args.n, batch_size=args.batch_size, sampling=sampling, seed=args.seed,
                               constrained=not args.unconstrained, device=_device(args.device), resamples=args.resamples,
-                              writer=_writer_options(args))
+                              whole_draws=args.whole_draws, writer=_writer_options(args))
     if args.engine == "vllm":  # vLLM (logos.generate.vllm_engine): same tasks, files and guarantees
         if args.quiet:  # read when vLLM is first imported
             os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
@@ -474,6 +474,9 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resamples", type=int, default=8, help="retries of a sample that fails a check only the "
                                                              "finished sample allows (kekulization) or its budget")
+    p.add_argument("--whole-draws", type=int, default=16,
+                   help="molecules: redraws of a finished molecule the model would not end the record after "
+                        "(rejection sampling of whole records; 0: keep the first finished molecule)")
     p.add_argument("--device", default="auto", help="auto (cuda when available, else cpu), cpu, cuda, cuda:1 "
                                                     "(bf16 on GPU)")
     p.add_argument("--unconstrained", action="store_true",

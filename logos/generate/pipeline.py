@@ -14,8 +14,9 @@ are merged (their count kept, the best log-probability ranks them). A sample who
 RDKit refuses, that hits a dead end or runs out of budget is resampled up to ``--resamples`` times;
 what still fails is logged (``OUT.errors.jsonl``) and the exit status is 1. For tasks whose completion
 is a whole record (molecules), a finished sample is kept with the model's probability of the end of
-document after it, else drawn again (at most ``MAX_WHOLE_DRAWS`` times): the model writes molecules
-as the first span of reactions too, and those are not samples of a standalone molecule.
+document after it, else drawn again (at most ``--whole-draws`` times, 16 by default; the last finished
+draw is kept): the model writes molecules as the first span of reactions too, and those are not
+samples of a standalone molecule.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from logos.util.records import ErrorLog, InputError, RecordError, errors_path_fo
 __all__ = ["GenerateOptions", "GenerateResult", "generate", "run", "load_checkpoint", "SUPPORTED_GRAMMARS"]
 
 SUPPORTED_GRAMMARS = READABLE_GRAMMARS  # from logos.language.grammar
-MAX_WHOLE_DRAWS = 16  # draws of one sample of a whole-record task (Task.whole_document) before the last is kept
+MAX_WHOLE_DRAWS = 16  # default redraws of one sample of a whole-record task (Task.whole_document)
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class GenerateOptions:
     constrained: bool = True
     device: str = "cpu"
     resamples: int = 8
+    whole_draws: int = MAX_WHOLE_DRAWS  # redraws of a whole-record sample the model would not end there (0: none)
     writer: WriterOptions = field(default_factory=WriterOptions)
 
 
@@ -156,6 +158,7 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
     doc_start, pad_id = document_start(info, tok), tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     sampling = options.sampling
     generator = torch.Generator().manual_seed(options.seed)
+    whole = task.whole_document and stop_id != tok.eos_token_id and options.whole_draws > 0
     # (prompt, resamples, whole-record draws, the last finished draw the model would not end the record after)
     queue: list[tuple[Prompt, int, int, RowResult | None]] = [(p, 0, 0, None) for p, k in prompts for _ in range(k)]
     samples: list[Sample] = []
@@ -176,14 +179,13 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
             chunk_sampling = replace(sampling, max_new_tokens=length_budget(task, texts, rows,
                                                                             options.sampling.max_new_tokens))
             results = sample_batch(model, ids, pad_id, stop_id, banned, chunk_sampling, generator, grammar, rows,
-                                   stats, then_id=tok.eos_token_id if task.whole_document and stop_id != tok.eos_token_id
-                                   else None)
+                                   stats, then_id=tok.eos_token_id if whole else None)
             for (prompt, attempt, draws, kept), r in zip(chunk, results):
                 tokens += len(r.tokens)
                 redraws += r.redraws
                 if r.status == NOT_WHOLE:  # rejection sampling of whole records, bounded: the last draw is kept
                     r.status = "done"
-                    if draws < MAX_WHOLE_DRAWS:
+                    if draws < options.whole_draws:
                         queue.append((prompt, attempt, draws + 1, r))
                         not_whole += 1
                         continue

@@ -597,7 +597,7 @@ def sample_jobs(run, ck: Checkpoint, task, jobs, options, progress: bool = False
         allowed = (~banned[: ck.table.size]).nonzero().flatten().tolist()
     grammars: dict[int, str] = {}
     res = SampleRun()
-    whole = task.whole_document and stop_id != ck.tok.eos_token_id
+    whole = task.whole_document and stop_id != ck.tok.eos_token_id and options.whole_draws > 0
     # (job, resamples, whole-record draws, the last finished draw the model would not end the record after)
     queue: list[tuple[int, int, int, Any]] = [(i, 0, 0, None) for i in range(len(jobs))]
     t = time.perf_counter()
@@ -646,7 +646,7 @@ def sample_jobs(run, ck: Checkpoint, task, jobs, options, progress: bool = False
                     sample.logprob, p_end = next(ends)  # scored: the final rescoring skips it
                     res.scored.add(id(sample))
                     u = random.Random(_seed(options.seed, i, 7 + draws)).random()
-                    if u >= p_end and draws < MAX_WHOLE_DRAWS:
+                    if u >= p_end and draws < options.whole_draws:
                         retry.append((i, attempt, draws + 1, (sample, final)))
                         res.not_whole += 1
                         continue
