@@ -47,7 +47,7 @@ __all__ = ["Sampling", "RowResult", "StepStats", "sample_batch", "NOT_WHOLE"]
 NOT_WHOLE = "not-whole"  # a finished row the model would not end the document after (drawn again)
 
 WANDERING = 8     # draws refused in one span after which the row follows its planned ending (below)
-MAX_REDRAWS = WANDERING  # per row and step; then the planned ending, and without one the likeliest candidates ...
+MAX_REDRAWS = 16  # per row and step; then the planned ending, and without one the likeliest candidates ...
 MAX_SCAN = 256    # ... up to this many (grammar-allowed, before top-k/top-p) are checked
 
 
