@@ -242,3 +242,28 @@ def test_vllm_row_check_draws_only_accepted_tokens(vocab):
         if token == vocab.close_id:
             break
     assert stats["redraws"] > 0 and stats["row_steps"] > 0
+
+
+def test_vllm_row_check_ends_a_span_the_model_wants_to_end(tok, vocab):
+    """The vLLM processor's adapter keeps the built-in engine's ending rule: when the model's draw is the closing tag
+    where the span cannot end (a ring and a branch open), the row follows its planned ending to a valid molecule."""
+    from logos.generate.vllm_engine import RowCheck
+
+    class Params:
+        temperature, top_k, top_p, seed = 1.0, 0, 1.0, 0
+
+    body = "C1CC(C"
+    row = SmilesRow(vocab, "<MoleculeS>" + body)
+    plan = row.ending(40)
+    check = RowCheck(row, vocab.close_id, 40, 8, Params())
+    logits = torch.full((2432,), float("-inf"))
+    logits[[i for i, ok in enumerate(vocab.smiles) if ok]] = 0.0
+    logits[vocab.close_id] = 30.0  # the model wants to end
+    stats = {"checks": 0, "redraws": 0, "row_steps": 0, "dead_ends": 0, "closed_by_plan": 0}
+    written = []
+    for _ in range(len(plan)):
+        check.restrict(logits.clone(), stats)
+        written.append(check.chosen)
+        check.feed(check.chosen)
+    assert written == plan and stats["closed_by_plan"] == 1 and not check.dead
+    assert Chem.MolFromSmiles(body + tok.decode(written[:-1])) is not None
