@@ -82,7 +82,7 @@ class StepStats:
     row_steps: int = 0
     worst_step_row_seconds: float = 0.0
     end_draws: int = 0  # end-of-document draws of finished rows (``then_id``)
-    closed_by_plan: int = 0  # spans ended by their planned ending after the model's draw of their end was refused
+    closed_by_plan: int = 0  # spans sent to their planned ending (a refused draw of their end, or WANDERING)
 
     def add(self, other: "StepStats") -> None:
         self.steps += other.steps

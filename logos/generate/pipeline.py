@@ -99,8 +99,8 @@ class GenerateResult:
                 f"{n / max(self.seconds, 1e-9):.1f} samples/s, {self.tokens / max(self.seconds, 1e-9):,.0f} tokens/s; "
                 f"{self.resampled} resampled ({self.resampled / max(n, 1):.2f} per row asked), "
                 + (f"{self.not_whole} drawn again as not a whole record, " if self.not_whole else "")
-                + f"{self.redraws} "
-                f"constrained redraws; masks "
+                + f"{self.redraws} constrained redraws, "
+                f"{self.stats.closed_by_plan} spans ended by their planned ending; masks "
                 f"{1000 * self.stats.mask_seconds / steps:.2f} ms/step, row constraints "
                 f"{1e6 * self.stats.check_seconds / max(self.stats.row_steps, 1):.0f} us/row/step")
 
