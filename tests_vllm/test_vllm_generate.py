@@ -92,6 +92,13 @@ def test_unconstrained_keeps_the_task_mask(llm, exported, tmp_path):
     for s in result.samples:  # no symbol the task never writes; the closing tag only at the end
         assert s.text.startswith("<MoleculeS>") and "<MoleculeE>" not in s.text[:-len("<MoleculeE>")], s.text
         assert not re.search(r"<(?!MoleculeE>)[A-Za-z][A-Za-z0-9+]*>", s.text[len("<MoleculeS>"):]), s.text
+    # as in the built-in engine, an unconstrained row writes its stop token where it may within the last
+    # closing_slack (8) tokens of its budget, so no row runs out of budget
+    from logos.generate import Sampling
+
+    short = generate_vllm(exported, tmp_path / "s.smi", _opts(n=8, seed=0, constrained=False,
+                                                             sampling=Sampling(max_new_tokens=12)), llm=llm)
+    assert short.resampled == 0 and all(s.text.endswith("<MoleculeE>") for s in short.samples), short.texts
 
 
 def test_logprob_is_the_models_own(llm, exported):

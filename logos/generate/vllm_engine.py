@@ -35,6 +35,10 @@ first-try validity, resampled rows, candidates checked and redraws per row per s
 Log-probabilities are the model's own (temperature 1, no mask): vLLM's sampled log-probabilities
 are renormalized over the grammar's mask, so each sample is rescored by one prefill pass.
 
+Unconstrained requests (``--unconstrained``) carry only the task mask and, through the same processor,
+the built-in engine's budget rule: the stop token wherever it may be written within the last
+``closing_slack`` tokens, so rows end within their budget in both engines.
+
 Each request's draws use its own generator, seeded by the request's ``seed`` (the front ends always
 set one), so tensor-parallel workers, which all run the processor on the same logits, choose alike.
 The engine core is a separate process; the processor's counters reach the front end through a
@@ -67,9 +71,12 @@ __all__ = ["ARGS_KEY", "EngineOptions", "LogosLogitsProcessor", "LogosLogitsProc
 
 
 # ----------------------------------------------------------------------------------------------- engine side
-def request_args(task, prompt, closing_slack: int = 8) -> dict:
-    """``extra_args["logos"]`` of a request: what the logits processor needs to build its row constraint."""
-    return {"task": task.name, "prompt": prompt.text, "slack": closing_slack}
+def request_args(task, prompt, closing_slack: int = 8, closing_only: bool = False) -> dict:
+    """``extra_args["logos"]`` of a request: what the logits processor needs to build its row constraint
+    (``closing_only``: none, only the built-in engine's unconstrained rule: the stop token wherever it may be written
+    within ``closing_slack`` tokens of the budget)."""
+    args = {"task": task.name, "prompt": prompt.text, "slack": closing_slack}
+    return {**args, "closing_only": True} if closing_only else args
 
 
 def shared_row_constraint(task, table, prompt_text: str):
@@ -99,10 +106,11 @@ class RowCheck:
     settings: the processor draws the row's token itself (see the module docstring).
     """
 
-    def __init__(self, constraint, stop_id: int, max_tokens: int, slack: int, params=None):
+    def __init__(self, constraint, stop_id: int, max_tokens: int, slack: int, params=None, closing_only: bool = False):
         import torch
 
         self.constraint, self.stop_id, self.max_tokens, self.slack = constraint, stop_id, max_tokens, slack
+        self.closing_only = closing_only  # an unconstrained request: only the stop near the budget
         self.consumed = 0     # output tokens fed so far
         self.dead = False     # nothing acceptable was found: left to the grammar, resampled by the front end
         self.chosen = None    # the token this processor chose last
@@ -127,6 +135,10 @@ class RowCheck:
         slack = int(args.get("slack", 8))
         if task is None:
             return None
+        if args.get("closing_only"):
+            from logos.decoding.rows import RowConstraint
+
+            return cls(RowConstraint(), stop_id, max_tokens, slack, params, closing_only=True)
         row = shared_row_constraint(task, table, args["prompt"])
         return None if row is None else cls(row, stop_id, max_tokens, slack, params)
 
@@ -137,7 +149,7 @@ class RowCheck:
     def feed(self, token: int) -> None:
         """Advance by a token the row wrote (checked first unless it is the one just chosen: ``check`` prepares
         the state ``advance`` takes)."""
-        if not self.dead:
+        if not self.dead and not self.closing_only:
             chosen, self.chosen = self.chosen, None
             if token != chosen and not self.constraint.check(token, self.remaining):
                 self.dead = True  # not the token this processor chose (cannot happen unless vLLM overrides it)
@@ -254,6 +266,12 @@ class RowCheck:
 
     def restrict(self, logits, stats: dict) -> None:
         """Leave only the chosen token in ``logits`` [V] (grammar-masked, unscaled), so vLLM's sampler takes it."""
+        if self.closing_only:  # vLLM samples; within the slack the stop token, as the built-in engine
+            if self.remaining <= self.slack and bool(torch_isfinite(logits[self.stop_id])):
+                keep = logits[self.stop_id].clone()
+                logits.fill_(float("-inf"))
+                logits[self.stop_id] = keep
+            return
         if self.dead:
             return
         token = self.choose(logits, stats)
@@ -290,7 +308,7 @@ class _Rows:
         self.stats = {"checks": 0, "redraws": 0, "row_steps": 0, "dead_ends": 0, "seconds": 0.0, "requests": 0,
                       "closed_by_plan": 0}
         self._stats_path = os.environ.get(STATS_ENV)
-        self._written, self._rows_seen = 0.0, -1
+        self._written: tuple = ()  # the counters last written
 
     @classmethod
     def validate_params(cls, sampling_params) -> None:
@@ -318,9 +336,10 @@ class _Rows:
         return True
 
     def _dump(self) -> None:
-        """Write the counters when the batch's rows change or every 0.5 s (the last step may be missed)."""
-        if self._stats_path and (len(self.rows) != self._rows_seen or time.perf_counter() - self._written > 0.5):
-            self._written, self._rows_seen = time.perf_counter(), len(self.rows)
+        """Write the counters after a step that changed them (so a run's last step is in the file when it ends)."""
+        counts = tuple(v for k, v in self.stats.items() if k != "seconds")
+        if self._stats_path and counts != self._written:
+            self._written = counts
             tmp = f"{self._stats_path}.{os.getpid()}.tmp"  # one per worker (tensor parallel ranks write alike)
             try:
                 with open(tmp, "w") as fh:
@@ -614,7 +633,7 @@ def sample_jobs(run, ck: Checkpoint, task, jobs, options, progress: bool = False
                 n=1, temperature=s.temperature, top_k=s.top_k or 0, top_p=s.top_p, max_tokens=row_budget,
                 seed=_seed(options.seed, i, attempt + MAX_WHOLE_DRAWS * draws), stop_token_ids=[stop_id], logprobs=0,
                 skip_special_tokens=False, detokenize=False, structured_outputs=so, allowed_token_ids=allowed,
-                extra_args={ARGS_KEY: request_args(task, p, s.closing_slack)} if options.constrained else None))
+                extra_args={ARGS_KEY: request_args(task, p, s.closing_slack, closing_only=not options.constrained)}))
             requests.append({"prompt_token_ids": ids})
         retry, finished = [], []
         for (i, attempt, draws, kept), o in zip(queue, run(requests, params)):
