@@ -23,12 +23,13 @@ the row's grammar-masked distribution (the request's temperature, top-k and top-
 checks the draw, redraws without a refused token (up to ``MAX_REDRAWS``; near the budget, after
 a refused draw of the span's closing tag, or after ``WANDERING`` refused draws in one span, it
 follows the row's planned ending; a row without one checks the ``MAX_SCAN`` likeliest candidates
-and draws among the accepted ones), and leaves only the chosen token finite, so vLLM's sampler takes it. The
-distribution is the model's restricted to accepted continuations, with the built-in engine's
-ending rules; nothing is approximated, only the random stream differs (per request, not per
-batch). Whole-record tasks (molecules) keep a finished sample with the model's probability of the
-end of document after it, read from the rescoring prefill of that sample with the end appended
-(temperature 1: at other temperatures this is where the engines differ), and draw it again otherwise. A row with nothing acceptable left is a dead end: it is left to the grammar alone
+and draws among the accepted ones), and leaves only the chosen token finite, so vLLM's sampler
+takes it. The distribution is the model's restricted to accepted continuations, with the built-in
+engine's ending rules; nothing is approximated, only the random stream differs (per request, not
+per batch). Whole-record tasks (molecules) keep a finished sample with the model's probability of
+the end of document after it, read from the rescoring prefill of that sample with the end appended
+(temperature 1: at other temperatures this is where the engines differ), and draw it again
+otherwise. A row with nothing acceptable left is a dead end: it is left to the grammar alone
 and resampled by the front end. Every finished row is checked again in the front end (RDKit
 parses each molecule span, the sites add up to the composition) and resampled when it fails;
 first-try validity, resampled rows, candidates checked and redraws per row per step are reported.
@@ -606,7 +607,7 @@ def sample_jobs(run, ck: Checkpoint, task, jobs, options, progress: bool = False
     from vllm.sampling_params import StructuredOutputsParams
 
     from logos.tasks.continuation import continuation_grammar
-    from logos.generate.pipeline import MAX_WHOLE_DRAWS, sample_of
+    from logos.generate.pipeline import sample_of
 
     s = options.sampling
     stop_id = ck.tok.eos_token_id if task.stop == "eos" else ck.table.id[task.stop]
@@ -631,7 +632,7 @@ def sample_jobs(run, ck: Checkpoint, task, jobs, options, progress: bool = False
                 so = StructuredOutputsParams(grammar=grammars[id(p)])
             params.append(SamplingParams(
                 n=1, temperature=s.temperature, top_k=s.top_k or 0, top_p=s.top_p, max_tokens=row_budget,
-                seed=_seed(options.seed, i, attempt + MAX_WHOLE_DRAWS * draws), stop_token_ids=[stop_id], logprobs=0,
+                seed=_seed(options.seed, i, attempt + 1009 * draws), stop_token_ids=[stop_id], logprobs=0,
                 skip_special_tokens=False, detokenize=False, structured_outputs=so, allowed_token_ids=allowed,
                 extra_args={ARGS_KEY: request_args(task, p, s.closing_slack, closing_only=not options.constrained)}))
             requests.append({"prompt_token_ids": ids})
