@@ -540,3 +540,19 @@ def test_antibody_flag_on_fasta(tmp_path):
     assert [r["text"] for r in records] == [f"<AntibodyS>{seq}<AntibodyE>" for seq in expected]
     out, _ = _detokenize(tmp_path, records[:1], ".fasta")
     assert [str(r.seq) for r in SeqIO.parse(out, "fasta")] == expected[:1]
+
+
+def test_answers_whose_chains_do_not_read_back_are_left_out_of_the_marked_fasta(tmp_path):
+    """Unconstrained binding-site sampling can write a closing tag without its chain: that answer is left out of
+    ``OUT.marked.fasta`` (reading it back is a one-line error), the others are written."""
+    from logos.domains.protein import parse_chains
+    from logos.generate.pipeline import Sample
+    from logos.tasks.answers import write_marked_fasta
+    from logos.util.records import RecordError
+
+    good = Sample("p1", "", "<ProteinS>MKTA<ProteinE><Search><ProteinS>MK<PocketS>T<PocketE>A<ProteinE>", -1.0, "done")
+    bad = Sample("p1", "", "<ProteinS>MKTA<ProteinE><Search>MK<ProteinE>TA", -2.0, "done")
+    with pytest.raises(RecordError, match="closes no open chain"):
+        parse_chains(bad.text)
+    write_marked_fasta([bad, good], tmp_path / "x.pocket.csv")
+    assert (tmp_path / "x.marked.fasta").read_text() == ">p1#2|chain1 logprob=-1.000\nMKtA\n"

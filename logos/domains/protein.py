@@ -196,6 +196,8 @@ def parse_chains(text: str) -> list[ParsedChain]:
         if p in ("<ProteinS>", "<AntibodyS>"):
             cur = ParsedChain("antibody" if p == "<AntibodyS>" else "protein")
         elif p in ("<ProteinE>", "<AntibodyE>"):
+            if cur is None:
+                raise RecordError(f"{p} closes no open chain")
             chains.append(cur)
             cur = None
         elif p == "<PocketS>":
@@ -207,6 +209,8 @@ def parse_chains(text: str) -> list[ParsedChain]:
         elif p == "<StructureE>":
             in_fold = False
         elif in_fold:
+            if not chains:
+                raise RecordError("a 3Di span before any chain")
             chains[-1].fold = p
         elif cur is None:
             continue  # molecule spans and their SMILES are not chain content

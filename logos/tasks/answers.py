@@ -23,7 +23,8 @@ def reaction_answer(text: str, side: str) -> str | None:
 
 
 def write_marked_fasta(samples, out: Path) -> None:
-    """``OUT.marked.fasta``: each binding-site answer with its pocket residues in lower case."""
+    """``OUT.marked.fasta``: each binding-site answer with its pocket residues in lower case (an answer whose chains do
+    not read back, which only unconstrained sampling writes, is left out)."""
     from logos.domains.protein import parse_chains
 
     path = out.with_name(out.name.split(".")[0] + ".marked.fasta")
@@ -33,6 +34,10 @@ def write_marked_fasta(samples, out: Path) -> None:
             rank[s.input_id] = rank.get(s.input_id, 0) + 1
             if s.status != "done":
                 continue
-            for c, chain in enumerate(parse_chains(s.text)):
+            try:
+                chains = parse_chains(s.text)
+            except RecordError:
+                continue
+            for c, chain in enumerate(chains):
                 seq = "".join(a.lower() if i in chain.pockets else a for i, a in enumerate(chain.sequence))
                 fh.write(f">{s.input_id}#{rank[s.input_id]}|chain{c + 1} logprob={s.logprob:.3f}\n{seq}\n")
