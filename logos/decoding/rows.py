@@ -51,8 +51,7 @@ __all__ = ["RowConstraint", "SmilesRow", "CompositionRow", "CopyRow", "SmilesVoc
 WINDOW = 8       # within this many tokens of what an ending needs at least, every token must keep a planned ending
 MARGIN = 2       # follow the planned ending when the budget left is its length plus this
 TRIES_PER_STEP = 300  # planner moves one row may try per step (then its checks refuse the tokens that need a plan)
-CAREFUL = 2      # aromatic refusals after which a row's aromatic tokens are also checked with a planned ending
-WANDERING = 6    # refusals of any kind after which they are too, and RDKit checks each planned molecule
+WANDERING = 6    # refusals after which RDKit also checks each planned molecule
 _RISKY = frozenset("[%<>~$*/\\.:")  # characters after which the state machine alone may not see a dead end
 _SMILES_CHARS = re.compile(r"[A-Za-z0-9()\[\]=#$:/\\.@+\-%*~<>]+")
 
@@ -271,14 +270,14 @@ class SmilesRow(RowConstraint):
         self._trial: tuple | None = None
         self._plan: list[int] | None = None   # token ids of the planned ending for the current state
         self._planned = False
-        self._tries, self._refusals, self._aromatic_refusals = [TRIES_PER_STEP], 0, 0
+        self._tries, self._refusals = [TRIES_PER_STEP], 0
 
     def fork(self) -> "SmilesRow":
         new = SmilesRow.__new__(SmilesRow)
         new.vocab, new.smiles, new.failure = self.vocab, self.smiles, self.failure
         new.state = self.state.copy() if self.state is not None else None
         new._trial, new._plan, new._planned, new._tries = None, self._plan, self._planned, [TRIES_PER_STEP]
-        new._refusals, new._aromatic_refusals = self._refusals, self._aromatic_refusals
+        new._refusals = self._refusals
         return new
 
     # ---------------------------------------------------------------- planning
@@ -310,21 +309,11 @@ class SmilesRow(RowConstraint):
 
     def _risky(self, trial: SmilesState, text: str) -> bool:
         """Whether the state machine's own checks may miss a dead end after ``text``: a half-written bracket atom or
-        label, an unusual bond or label character (rare in real molecules, frequent from a weak model); and, once
-        the row has had ``CAREFUL`` draws refused for its aromatic atoms (or ``WANDERING`` for anything), an aromatic
-        system still being written - the state machine checks the kekulé structure of finished systems and a
-        necessary condition on unfinished ones, and a model that wanders writes systems no ending completes."""
-        if trial.pending not in ("", "C", "B") or not _RISKY.isdisjoint(text):
-            return True
-        if self._refusals >= 1:
-            return True  # a row that keeps writing what the state machine refuses: every token needs an ending
-        if self._aromatic_refusals < CAREFUL:
-            return False  # a row whose draws are accepted: the state machine's checks suffice
-        anchors = [i for i in (trial.current, *trial.branches) if i is not None]
-        anchors += [atom for atom, *_ in trial.rings.values()]
-        if any(trial.atoms[i].aromatic for i in anchors):
-            return True
-        return bool(trial.lonely)
+        label, an unusual bond or label character (rare in real molecules, frequent from a weak model), or any token
+        of a row that has had a draw refused - the state machine checks the kekulé structure of finished aromatic
+        systems and a necessary condition on unfinished ones, and a model that wanders writes states no ending
+        completes. A row whose draws are accepted keeps the state machine's checks alone."""
+        return trial.pending not in ("", "C", "B") or not _RISKY.isdisjoint(text) or self._refusals >= 1
 
     def _reuse(self, token: int, trial: SmilesState, remaining: int) -> list[int] | None:
         """The current state's planned ending, if it also ends ``trial`` (the state after ``token``) within
@@ -393,9 +382,8 @@ class SmilesRow(RowConstraint):
         trial = state.copy()
         try:
             trial.feed(vocab.text[token])
-        except SmilesError as e:
+        except SmilesError:
             self._refusals += 1
-            self._aromatic_refusals += "aromatic" in str(e)
             return False
         need = trial.lower_bound() + 1  # at least the closing tag
         if need > remaining - 1:

@@ -99,8 +99,8 @@ def _generate_request(engine_client, ck, body: dict, loop) -> dict:
                         top_p=float(body.get("top_p", 1.0)), max_new_tokens=int(body.get("max_new_tokens", 0)))
     options = GenerateOptions(task=task.name, n=n, sampling=sampling, seed=int(body.get("seed", 0)),
                               constrained=not body.get("unconstrained", False),
-                              resamples=int(body.get("resamples", 8)),
-                              whole_draws=int(body.get("whole_draws", 16)))
+                              resamples=int(body.get("resamples", GenerateOptions.resamples)),
+                              whole_draws=int(body.get("whole_draws", GenerateOptions.whole_draws)))
     suffix = str(body.get("format") or DEFAULT_FORMATS.get(task.name, ".json"))
 
     async def one(req, params):

@@ -733,41 +733,37 @@ def generate_vllm(checkpoint: Path, out: Path, options, inputs: Path | None = No
     return result
 
 
+def _token_logprobs(run, pairs) -> list[list[float | None]]:
+    """The model's log-probability (temperature 1, no mask) of each continuation token, per (prompt ids, continuation
+    ids), from one prefill of both (None where vLLM returned none)."""
+    from vllm import SamplingParams
+
+    if not pairs:
+        return []
+    requests = [{"prompt_token_ids": ids + toks} for ids, toks in pairs]
+    params = [SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0, detokenize=False)] * len(requests)
+    out = []
+    for (ids, toks), o in zip(pairs, run(requests, params)):
+        lps, full = o.prompt_logprobs or [], ids + toks
+        out.append([float(lps[j][full[j]].logprob) if j < len(lps) and lps[j] and full[j] in lps[j] else None
+                    for j in range(len(ids), len(full))])
+    return out
+
+
 def rescore(run, samples, finals, scored: set = frozenset()) -> None:
     """Each sample's summed model log-probability (temperature 1, no mask) from one prefill of prompt + output
     (except samples whose ``id()`` is in ``scored``)."""
-    from vllm import SamplingParams
-
-    todo = [(sample, ids, toks) for sample, (ids, toks) in zip(samples, finals) if toks and id(sample) not in scored]
-    requests = [{"prompt_token_ids": ids + toks} for _, ids, toks in todo]
-    if not requests:
-        return
-    params = [SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0, detokenize=False)] * len(requests)
-    outs = iter(run(requests, params))
-    for sample, ids, toks in todo:
-        lps = next(outs).prompt_logprobs or []
-        full = ids + toks
-        sample.logprob = sum(float(lps[j][full[j]].logprob) for j in range(len(ids), len(full))
-                             if lps[j] is not None and full[j] in lps[j])
+    todo = [(sample, (ids, toks)) for sample, (ids, toks) in zip(samples, finals) if toks and id(sample) not in scored]
+    for (sample, _), scores in zip(todo, _token_logprobs(run, [pair for _, pair in todo])):
+        sample.logprob = sum(x for x in scores if x is not None)
 
 
 def end_probabilities(run, finals, eos_id: int):
     """(the output's summed model log-probability, the model's probability of the end of document after it) per
     (prompt ids, output ids), temperature 1, from one prefill of prompt + output + end: an iterator, in order."""
-    from vllm import SamplingParams
-
-    if not finals:
-        return iter(())
-    requests = [{"prompt_token_ids": ids + toks + [eos_id]} for ids, toks in finals]
-    params = [SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0, detokenize=False)] * len(requests)
-    out = []
-    for (ids, toks), o in zip(finals, run(requests, params)):
-        lps = o.prompt_logprobs or []
-        full = ids + toks + [eos_id]
-        scores = [float(lps[j][full[j]].logprob) if j < len(lps) and lps[j] and full[j] in lps[j] else -math.inf
-                  for j in range(len(ids), len(full))]
-        out.append((sum(scores[:-1]), math.exp(scores[-1])))
-    return iter(out)
+    scored = _token_logprobs(run, [(ids, toks + [eos_id]) for ids, toks in finals])
+    return iter((sum(x for x in scores[:-1] if x is not None), math.exp(scores[-1]) if scores[-1] is not None else 0.0)
+                for scores in scored)
 
 
 def _read_stats(path: Path) -> dict:
