@@ -313,5 +313,5 @@ def test_a_refused_end_of_span_follows_the_planned_ending(random_model):
                            torch.Generator().manual_seed(0), rows=rows, stats=stats)
     assert [r.status for r in results] == ["done"] * 4 and stats.closed_by_plan == 4
     for r in results:
-        assert r.tokens == plan, tok.decode(r.tokens)
+        assert r.tokens == list(plan), tok.decode(r.tokens)
         assert Chem.MolFromSmiles(body + tok.decode(r.tokens[:-1])) is not None

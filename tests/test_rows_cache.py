@@ -265,5 +265,5 @@ def test_vllm_row_check_ends_a_span_the_model_wants_to_end(tok, vocab):
         check.restrict(logits.clone(), stats)
         written.append(check.chosen)
         check.feed(check.chosen)
-    assert written == plan and stats["closed_by_plan"] == 1 and not check.dead
+    assert written == list(plan) and stats["closed_by_plan"] == 1 and not check.dead
     assert Chem.MolFromSmiles(body + tok.decode(written[:-1])) is not None

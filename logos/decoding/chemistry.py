@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from logos.decoding.aromatic import covering_matching, cycle_atoms, path_atoms, perfect_matching, unpruned
+from logos.decoding.aromatic import aromatic_bridges, covering_matching, cycle_atoms, path_atoms, perfect_matching, unpruned
 from logos.decoding.atoms import (AROMATIC, BOND_ORDERS, ORGANIC, SmilesError, _Atom, _bracket_prefix,  # noqa: F401
                                   _BRACKET, _CHARGE, _valences)
 
@@ -454,6 +454,16 @@ class SmilesState:
         ended = self.copy()
         ended.touched.add(self.current)
         ended.current = None  # at the end no atom gains a bond: every system is finished
+        if not ended.final_systems_kekulize():
+            return False
+        bridges = aromatic_bridges(self.atoms) if len(aromatic) > 3 else []  # (two rings' atoms at least)
+        if not bridges:
+            return True
+        ended = self.copy()  # again without the aromatic bonds between rings, which RDKit makes single
+        for i, j in bridges:
+            ended._own(i).aromatic_bonds.discard(j)
+            ended._own(j).aromatic_bonds.discard(i)
+        ended.touched, ended.settled, ended.current = set(aromatic), frozenset(), None
         return ended.final_systems_kekulize()
 
     def lower_bound(self) -> int:

@@ -4,7 +4,7 @@ A row near its length budget must still be able to close its molecule span valid
 finds a short suffix that does: close a bracket atom, close open rings, close branches, and add
 atoms where rings, bonds or aromatic systems need them - aromatic ones (``c``) as well as aliphatic
 (``C``), so a half-written benzene ring (``Cc1cc``) ends as ``cc1`` + ring closures rather than not
-at all. Each candidate move is applied to a copy-on-write copy of the state with the same checks
+at all, and an exocyclic double bond where an aromatic ring needs one (``c1ccccc1`` + ``c1=O``). Each candidate move is applied to a copy-on-write copy of the state with the same checks
 the decoder applies to a token (valence, rings, aromatic atoms that can still end in a ring,
 finished aromatic systems that kekulize), and the goal is :meth:`SmilesState.can_close`. The
 search is bounded (``max_nodes``), so a plan costs at most a few milliseconds; None means no
@@ -17,10 +17,11 @@ import heapq
 
 from logos.decoding.chemistry import SmilesError, SmilesState
 
-__all__ = ["plan_ending"]
+__all__ = ["plan_ending", "cost"]
 
 _ATOMS = ("c", "C", "n", "N", "O")
 _ALIPHATIC_FIRST = ("C", "c", "N", "n", "O")
+_EXOCYCLIC = ("=O", "=C")
 
 
 def _moves(state: SmilesState) -> list[str]:
@@ -33,14 +34,26 @@ def _moves(state: SmilesState) -> list[str]:
     moves = list(state.rings)  # single digits, or "%nn"
     if state.branches and state.bond is None:
         moves.append(")")
+    if state.lonely and state.label_ok and state.bond is None and state.atoms[state.current].free >= 1:
+        label = next((d for d in "123456789" if d not in state.rings), None)
+        if label is not None:  # an aromatic atom on no ring yet: a new ring through it
+            moves.append(label)
     aromatic = state.current is not None and state.atoms[state.current].aromatic
     moves.extend(_ATOMS if aromatic else _ALIPHATIC_FIRST)
+    if aromatic and state.bond is None and state.atoms[state.current].free >= 2:
+        moves.extend(_EXOCYCLIC)  # an aromatic atom short of a double bond in its ring takes one outside it
     return moves
 
 
-def _apply(state: SmilesState, move: str, tries: list[int] | None = None) -> SmilesState | None:
-    if tries is not None:
-        tries[0] -= 1
+def cost(state: SmilesState) -> int:
+    """Work units of one update of ``state`` (a character or piece applied and its dead-end checks): grows with the
+    molecule, as the checks of its rings and aromatic systems do. One unit is about 10-15 microseconds."""
+    return 1 + (len(state.atoms) >> 3)
+
+
+def _apply(state: SmilesState, move: str, work: list[int] | None = None) -> SmilesState | None:
+    if work is not None:
+        work[0] -= cost(state)
     trial = state.copy()
     try:
         for ch in move:
@@ -53,17 +66,17 @@ def _apply(state: SmilesState, move: str, tries: list[int] | None = None) -> Smi
     return trial
 
 
-def _greedy(start: SmilesState, limit: int, max_nodes: int, tries: list[int] | None = None) -> str | None:
+def _greedy(start: SmilesState, limit: int, max_nodes: int, work: list[int] | None = None) -> str | None:
     """Depth first, moves in order (ring closures, branch ends, then atoms): finds a short ending in a few moves."""
     stack = [("", start, iter(_moves(start)))]
     nodes = 0
-    while stack and nodes < max_nodes and (tries is None or tries[0] > 0):
+    while stack and nodes < max_nodes and (work is None or work[0] > 0):
         path, s, moves = stack[-1]
         move = next(moves, None)
         if move is None:
             stack.pop()
             continue
-        nxt = _apply(s, move, tries)
+        nxt = _apply(s, move, work)
         nodes += 1
         if nxt is None:
             continue
@@ -76,12 +89,12 @@ def _greedy(start: SmilesState, limit: int, max_nodes: int, tries: list[int] | N
 
 
 def plan_ending(state: SmilesState, limit: int = 48, max_nodes: int = 400, quick: int = 40,
-                tries: list[int] | None = None) -> str | None:
+                work: list[int] | None = None) -> str | None:
     """A short suffix after which the span may close (``""``: it may close now), or None within the bounds.
 
     A depth-first try of ``quick`` moves first (the common case: close the ring, the branch); then a best-first
-    search of up to ``max_nodes`` states for the shortest ending. ``tries`` (a one-element list) bounds the moves
-    tried, shared by several calls: each move tried takes one, and the search stops when none is left.
+    search of up to ``max_nodes`` states for the shortest ending. ``work`` (a one-element list) bounds the work, shared
+    by several calls: each move tried takes its :func:`cost`, and the search stops when none is left.
     """
     start = state.copy()
     try:
@@ -92,15 +105,15 @@ def plan_ending(state: SmilesState, limit: int = 48, max_nodes: int = 400, quick
         return ""
     if start.lower_bound() > limit:
         return None
-    found = _greedy(start, min(limit, start.lower_bound() + 8), quick, tries) if quick else None
+    found = _greedy(start, min(limit, start.lower_bound() + 8), quick, work) if quick else None
     if found is not None or max_nodes <= quick:
         return found
     heap = [(start.lower_bound(), 0, 0, "", start)]
     count, seen = 1, {""}
-    while heap and count < max_nodes and (tries is None or tries[0] > 0):
+    while heap and count < max_nodes and (work is None or work[0] > 0):
         *_, path, s = heapq.heappop(heap)
         for rank, move in enumerate(_moves(s)):
-            nxt = _apply(s, move, tries)
+            nxt = _apply(s, move, work)
             if nxt is None:
                 continue
             new = path + move

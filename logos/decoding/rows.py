@@ -14,7 +14,7 @@ and a vLLM logits processor (one object per request):
     The candidates ``check`` refuses (a logits processor bans them; the built-in loop draws,
     checks and redraws, which samples exactly the model's distribution restricted to accepted
     tokens).
-``must_close(remaining) -> bool`` and ``ending(remaining) -> list[int] | None``
+``must_close(remaining) -> bool`` and ``ending(remaining) -> tuple[int, ...] | None``
     Whether the row must now follow its planned ending, and that ending as token ids (closing tag
     included). Near the budget every accepted token keeps a planned ending within it, so a row that
     follows it always ends.
@@ -44,13 +44,14 @@ import numpy as np
 
 from logos.science.chemistry import CLOSE as MOL_CLOSE, OPEN as MOL_OPEN
 from logos.decoding.chemistry import SmilesError, SmilesState
-from logos.decoding.ending import plan_ending
+from logos.decoding.ending import cost, plan_ending
 
 __all__ = ["RowConstraint", "SmilesRow", "CompositionRow", "CopyRow", "SmilesVocab"]
 
 WINDOW = 8       # within this many tokens of what an ending needs at least, every token must keep a planned ending
 MARGIN = 2       # follow the planned ending when the budget left is its length plus this
-TRIES_PER_STEP = 300  # planner moves one row may try per step (then its checks refuse the tokens that need a plan)
+WORK_PER_STEP = 96  # work units (ending.cost: ~10-15 us each) one row may spend per step; then only its planned ending
+ENDING_WORK = 300    # work a row without a known planned ending may spend finding one when it must follow it
 WANDERING = 6    # refusals after which RDKit also checks each planned molecule
 _RISKY = frozenset("[%<>~$*/\\.:")  # characters after which the state machine alone may not see a dead end
 _SMILES_CHARS = re.compile(r"[A-Za-z0-9()\[\]=#$:/\\.@+\-%*~<>]+")
@@ -76,7 +77,7 @@ class RowConstraint:
     def closes(self, token: int) -> bool:
         return False
 
-    def ending(self, remaining: int) -> list[int] | None:
+    def ending(self, remaining: int) -> tuple[int, ...] | None:
         return None
 
     def budget(self, default: int) -> int:
@@ -105,7 +106,7 @@ class SmilesVocab:
             if self.smiles[i] and len(t) <= 8 and t not in self.piece:
                 self.piece[t] = i
         self.longest = max(map(len, self.piece), default=1)
-        self.plans: dict[tuple[str, bool], tuple[list[int] | None, int]] = {}  # span text -> planned ending
+        self.plans: dict[tuple[str, bool], tuple[tuple[int, ...] | None, int]] = {}  # span text -> planned ending
         self._classify()
 
     # first characters of a piece, by what they need of the state before them (no character pending)
@@ -255,8 +256,12 @@ class SmilesRow(RowConstraint):
     a candidate token is applied to a copy-on-write copy, so a check costs what the token touches. Within
     ``WINDOW`` tokens of the least an ending needs, a token is accepted only if a planned ending
     (:func:`~logos.decoding.ending.plan_ending`) still fits in the budget after it. The current state's plan is
-    tried first (:meth:`_reuse`: most tokens leave it valid), and the planner's moves per row and step are
-    bounded (``TRIES_PER_STEP``), so a step costs a bounded amount whatever the model writes.
+    tried first (:meth:`_reuse`: most tokens leave it valid).
+
+    The work of one row in one step is bounded (``WORK_PER_STEP`` units of :func:`~logos.decoding.ending.cost`, which
+    grows with the molecule: state updates, planner moves, RDKit checks): once it is spent the row accepts only its
+    planned ending's next token, which the engines then follow, so a step costs a bounded amount whatever the model
+    writes.
     """
 
     def __init__(self, vocab: SmilesVocab, prompt_tail: str = ""):
@@ -268,26 +273,27 @@ class SmilesRow(RowConstraint):
             self.state = SmilesState()
             self.state.feed(self.smiles)
         self._trial: tuple | None = None
-        self._plan: list[int] | None = None   # token ids of the planned ending for the current state
-        self._planned = False
-        self._tries, self._refusals = [TRIES_PER_STEP], 0
+        self._plan: tuple[int, ...] | None = None   # token ids of the planned ending for the current state
+        self._planned = self._searched = False  # a planned ending known; searched for one this step
+        self._work, self._refusals = [WORK_PER_STEP], 0
 
     def fork(self) -> "SmilesRow":
         new = SmilesRow.__new__(SmilesRow)
         new.vocab, new.smiles, new.failure = self.vocab, self.smiles, self.failure
         new.state = self.state.copy() if self.state is not None else None
-        new._trial, new._plan, new._planned, new._tries = None, self._plan, self._planned, [TRIES_PER_STEP]
+        new._trial, new._plan, new._planned, new._work = None, self._plan, self._planned, [WORK_PER_STEP]
+        new._searched = self._searched
         new._refusals = self._refusals
         return new
 
     # ---------------------------------------------------------------- planning
     def _plan_tokens(self, state: SmilesState, remaining: int, quick: bool = False, text: str | None = None,
-                     tries: list[int] | None = None) -> list[int] | None:
+                     work: list[int] | None = None) -> tuple[int, ...] | None:
         """Token ids of a planned ending of ``state`` (whose span text is ``text``) within ``remaining`` tokens.
 
         Plans are shared by all rows through the vocabulary's cache, keyed by the span text (which determines
         the state): a plan found fits any larger budget, a failure any smaller one (a search cut short by
-        ``tries``, the row's moves left this step, is not remembered).
+        ``work``, the row's work left this step, is not remembered).
         """
         limit = max(remaining - 1, 0)
         cache = self.vocab.plans
@@ -298,10 +304,10 @@ class SmilesRow(RowConstraint):
                 return plan
             if plan is None and tried >= limit:
                 return None
-        found = plan_ending(state, limit=limit, max_nodes=100 if quick else 200, quick=40, tries=tries)
+        found = plan_ending(state, limit=limit, max_nodes=100 if quick else 200, quick=40, work=work)
         ids = self.vocab.spell(found) if found is not None else None
-        plan = None if ids is None else ids + [self.vocab.close_id]
-        if key is not None and (plan is not None or tries is None or tries[0] > 0):
+        plan = None if ids is None else (*ids, self.vocab.close_id)  # a tuple of ints: the GC need not follow it
+        if key is not None and (plan is not None or work is None or work[0] > 0):
             if len(cache) > 200_000:
                 cache.clear()
             cache[key] = (plan, limit)
@@ -315,7 +321,7 @@ class SmilesRow(RowConstraint):
         completes. A row whose draws are accepted keeps the state machine's checks alone."""
         return trial.pending not in ("", "C", "B") or not _RISKY.isdisjoint(text) or self._refusals >= 1
 
-    def _reuse(self, token: int, trial: SmilesState, remaining: int) -> list[int] | None:
+    def _reuse(self, token: int, trial: SmilesState, remaining: int) -> tuple[int, ...] | None:
         """The current state's planned ending, if it also ends ``trial`` (the state after ``token``) within
         ``remaining`` tokens: the incremental plan - a token that follows the plan leaves the rest of it, and most
         others (a chain atom, a substituent) leave the ending as it was: one :meth:`SmilesState.feed` replaces a
@@ -325,6 +331,7 @@ class SmilesRow(RowConstraint):
             plan = plan[1:]
         if not plan or len(plan) > remaining:
             return None
+        self._work[0] -= cost(trial)
         probe = trial.copy()
         try:
             probe.feed("".join(self.vocab.text[t] for t in plan[:-1]))
@@ -332,12 +339,15 @@ class SmilesRow(RowConstraint):
             return None
         return plan if probe.can_close() else None
 
-    def ending(self, remaining: int) -> list[int] | None:
+    def ending(self, remaining: int) -> tuple[int, ...] | None:
         if self.state is None:
             return None
-        if not self._planned:
-            self._plan, self._planned = self._plan_tokens(self.state, remaining, text=self.smiles), True
-        return self._plan
+        if not self._planned and not self._searched:  # one search per step, of at least ENDING_WORK
+            work = [max(self._work[0], ENDING_WORK)]
+            self._plan = self._plan_tokens(self.state, remaining, text=self.smiles, work=work)
+            self._planned, self._searched = self._plan is not None or work[0] > 0, True
+            self._work[0] = min(self._work[0], work[0])
+        return self._plan if self._planned else None
 
     def closes(self, token: int) -> bool:
         return token == self.vocab.close_id and self.state is not None
@@ -379,6 +389,10 @@ class SmilesRow(RowConstraint):
             return True
         if not vocab.smiles[token]:
             return False
+        work = self._work
+        if work[0] <= 0 and not (self._planned and self._plan and self._plan[0] == token):
+            return False  # the row's work for this step is spent: its planned ending's next token alone
+        work[0] -= cost(state)
         trial = state.copy()
         try:
             trial.feed(vocab.text[token])
@@ -392,16 +406,17 @@ class SmilesRow(RowConstraint):
         if near or self._risky(trial, vocab.text[token]):  # or the token may lead where no ending is left
             plan = self._reuse(token, trial, remaining - 1)
             if plan is None:
-                if self._tries[0] <= 0:
+                if work[0] <= 0:
                     return False
                 plan = self._plan_tokens(trial, remaining - 1, quick=not near, text=self.smiles + vocab.text[token],
-                                         tries=self._tries)
+                                         work=work)
             if plan is None or len(plan) > remaining - 1:
                 self._refusals += 1
                 return False
             if not _RISKY.isdisjoint(vocab.text[token]) or (not near and (trial.pending not in ("", "C", "B") or
                                                                           self._refusals >= WANDERING)):
                 ending = "".join(vocab.text[t] for t in plan[:-1])
+                work[0] -= 4 + 2 * cost(trial)  # RDKit's parse and sanitization of the planned molecule
                 if not _sanitizes(self.smiles + vocab.text[token] + ending):
                     return False
             self._trial = (token, trial, plan)
@@ -411,9 +426,9 @@ class SmilesRow(RowConstraint):
 
     def advance(self, token: int) -> None:
         vocab = self.vocab
-        trial, self._trial, self._tries = self._trial, None, [TRIES_PER_STEP]
+        trial, self._trial, self._work = self._trial, None, [WORK_PER_STEP]
         plan = self._plan if self._planned else None
-        self._plan, self._planned = None, False
+        self._plan, self._planned, self._searched = None, False, False
         if token == vocab.open_id and self.state is None:
             self.state, self.smiles = SmilesState(), ""
             return

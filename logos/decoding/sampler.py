@@ -33,7 +33,9 @@ step waits for them after the forward pass.
 
 from __future__ import annotations
 
+import gc
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,7 +50,7 @@ NOT_WHOLE = "not-whole"  # a finished row the model would not end the document a
 
 WANDERING = 8     # draws refused in one span after which the row follows its planned ending (below)
 MAX_REDRAWS = 16  # per row and step; then the planned ending, and without one the likeliest candidates ...
-MAX_SCAN = 256    # ... up to this many (grammar-allowed, before top-k/top-p) are checked
+MAX_SCAN = 64     # ... up to this many (grammar-allowed, before top-k/top-p) are checked
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,19 @@ def _draw(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1)
 
 
-@torch.no_grad()
+@contextmanager
+def frozen_heap():
+    """Objects that exist when sampling starts (the model, the libraries, the tokenizer: hundreds of thousands) are
+    left out of the garbage collector's full collections while it runs (:func:`gc.freeze`): a full collection
+    would otherwise scan them all, a pause of a few hundred milliseconds in whichever step triggers it. They are
+    returned to it afterwards."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def sample_batch(model, prompts: list[list[int]], pad_id: int, stop_id: int, banned: torch.Tensor,
                  sampling: Sampling, generator: torch.Generator, grammar: GrammarRows | None = None,
                  rows: list[RowConstraint | None] | None = None, stats: StepStats | None = None,
@@ -120,6 +134,12 @@ def sample_batch(model, prompts: list[list[int]], pad_id: int, stop_id: int, ban
     """Sample one completion per prompt (token ids, without the prompt). With ``then_id`` (the end of document), a
     finished row is kept with the model's probability of ``then_id`` after it and otherwise gets the status
     :data:`NOT_WHOLE` (the caller draws it again): rejection sampling of completions that end the document."""
+    with frozen_heap(), torch.no_grad():
+        return _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, grammar, rows, stats,
+                             then_id)
+
+
+def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, grammar, rows, stats, then_id):
     stats = stats if stats is not None else StepStats()
     rows = rows if rows is not None else [None] * len(prompts)
     device = next(model.parameters()).device
