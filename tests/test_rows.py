@@ -63,12 +63,27 @@ def test_real_molecules_pass_token_by_token_and_close(tok, vocab):
 
 
 @pytest.mark.parametrize("prefix", ["Cc1cc", "c1ccc(", "C1CC(C2", "c1cc[nH", "CC(=O", "c1ccc2c(c1)", "C#",
-                                    "c1ccccc1-c1cc", "c1c2c3c4", "n1ccc", "[NH3+", "C(C(C(C(", "c1ccccc1C%12CC"])
+                                    "c1ccccc1-c1cc", "c1c2c3c4", "n1ccc", "[NH3+", "C(C(C(C(", "c1ccccc1C%12CC",
+                                    # a seven-membered aromatic ring: ends with an exocyclic double bond (a tropone)
+                                    "COc1ccc(OC)c(NC(=O)C)cc1",
+                                    # an aromatic atom on no ring, before a branch: a new ring through it
+                                    "c(-c2ccccc2", "C[C@H](Cs"])
 def test_planned_ending_closes_validly(prefix):
     state = SmilesState()
     state.feed(prefix)
     plan = plan_ending(state)
     assert plan is not None and _valid(prefix + plan), (prefix, plan)
+
+
+@pytest.mark.parametrize("smiles", ["CC(C)c1cc1c1cc1", "c1cc1c1cc1", "C[C@H]1(CSSc1c1cc1)", "c1ccccc1c1ccccc1",
+                                    "c1ccccc1-c1ccccc1", "c1ccc2ccccc2c1", "O=c1cc1c1ccccc1", "c1ccc(-c2ccccn2)nc1",
+                                    "c1ccc2c(c1)[nH]c1ccccc12"])
+def test_a_span_closes_exactly_when_rdkit_reads_it(smiles):
+    """An aromatic bond between two rings (``c1cc1c1cc1``) is single to RDKit, so no kekulé structure may use it:
+    three-membered aromatic rings joined that way cannot close, biphenyl and fused rings can."""
+    state = SmilesState()
+    state.feed(smiles)
+    assert state.can_close() == _valid(smiles), smiles
 
 
 @pytest.mark.parametrize("broken", ["C()", "C((C)C)", "C(C)()"])

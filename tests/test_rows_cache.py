@@ -7,7 +7,8 @@
   tokens a row accepts, on real molecules and on what a random model writes;
 - the unfinished-aromatic-system check (:meth:`SmilesState.open_systems_can_kekulize`) refuses only tokens after
   which no ending exists, and its matching agrees with networkx;
-- the sampler's redraws sample the model's distribution restricted to the accepted tokens.
+- the sampler's redraws sample the model's distribution restricted to the accepted tokens;
+- a row's work in one step is bounded, after which it accepts only its planned ending.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from logos.decoding.aromatic import covering_matching, cycle_atoms
 from logos.decoding.chemistry import SmilesError, SmilesState
 from logos.decoding.constraints import TokenTable
 from logos.decoding.ending import plan_ending
-from logos.decoding.rows import RowConstraint, SmilesRow, SmilesVocab
+from logos.decoding.rows import WORK_PER_STEP, RowConstraint, SmilesRow, SmilesVocab
 from logos.decoding.sampler import RowResult, _accepted
 
 TOKENIZER = REPO / "tokenizers" / "default"
@@ -267,3 +268,24 @@ def test_vllm_row_check_ends_a_span_the_model_wants_to_end(tok, vocab):
         check.feed(check.chosen)
     assert written == list(plan) and stats["closed_by_plan"] == 1 and not check.dead
     assert Chem.MolFromSmiles(body + tok.decode(written[:-1])) is not None
+
+
+def test_a_row_works_a_bounded_amount_per_step_then_follows_its_plan(vocab, monkeypatch):
+    """Hundreds of candidates checked in one step (a model far from chemistry) cost a bounded number of state updates;
+    then the row accepts only its planned ending's next token, and the next step has its work again."""
+    row = SmilesRow(vocab, "<MoleculeS>Cc1ccc(NC(=O)C2CC")
+    row._refusals = 1  # a row that has had a draw refused plans an ending for every token it accepts
+    plan = row.ending(40)
+    assert plan is not None
+    copies = []
+    copy = SmilesState.copy
+    monkeypatch.setattr(SmilesState, "copy", lambda self: copies.append(1) or copy(self))
+    candidates = [t for t in _candidates(vocab, n=600, seed=1) if t not in (plan[0], vocab.close_id)]
+    accepted = [t for t in candidates if row.check(t, 40)]
+    assert len(candidates) > 4 * WORK_PER_STEP and 0 < len(copies) <= 3 * WORK_PER_STEP, len(copies)
+    late = candidates[-len(candidates) // 4:]
+    assert not any(t in accepted for t in late)  # the work is spent: nothing but the plan ...
+    assert row.check(plan[0], 40)  # ... whose next token is still accepted
+    row.advance(plan[0])
+    fresh = [t for t in candidates if row.check(t, 39)]
+    assert fresh, "the next step has its work again"

@@ -14,7 +14,9 @@ step; left padding, explicit position ids), then
    again (rejection sampling of the restricted distribution). After ``MAX_REDRAWS`` refusals the
    row follows its planned ending; without one, the ``MAX_SCAN`` likeliest allowed tokens are
    checked and the row draws among those accepted, and only when none is it fails (resampled by
-   the caller) - so the work per row and step is bounded. Two rules end a span early by its planned
+   the caller). A row constraint also bounds its own work per step (state updates, planner moves,
+   RDKit checks: :data:`~logos.decoding.rows.WORK_PER_STEP`), after which it accepts only its planned
+   ending's next token - so the work per row and step is bounded. Two rules end a span early by its planned
    ending (:meth:`~logos.decoding.rows.RowConstraint.ending`, the shortest the row's constraint
    finds): a refused draw of the span's closing tag (the model would end where the span cannot),
    and ``WANDERING`` refused draws in one span (the row has left what the model knows). Without
