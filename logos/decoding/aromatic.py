@@ -6,23 +6,11 @@ apart from the character-level state machine in :mod:`logos.generate.chemistry`.
 
 from __future__ import annotations
 
-__all__ = ["cycle_atoms", "aromatic_bridges", "perfect_matching", "covering_matching", "unpruned", "path_atoms"]
+__all__ = ["cycle_atoms", "perfect_matching", "covering_matching", "unpruned", "path_atoms"]
 
 
 def cycle_atoms(atoms) -> set[int]:
     """Atoms on a closed cycle of the molecule graph (an incident bond that is not a bridge; Tarjan)."""
-    return {i for bond in _bonds_on_cycles(atoms) for i in bond}
-
-
-def aromatic_bridges(atoms) -> list[tuple[int, int]]:
-    """Aromatic bonds on no cycle (between two aromatic rings, as in ``c1ccccc1c1ccccc1``): RDKit makes them single,
-    so a kekulé structure cannot use them."""
-    on_cycles = _bonds_on_cycles(atoms)
-    return [(i, j) for i, a in enumerate(atoms) for j in a.aromatic_bonds if i < j and (i, j) not in on_cycles]
-
-
-def _bonds_on_cycles(atoms) -> set[tuple[int, int]]:
-    """Bonds (i < j) that lie on a cycle of the molecule graph: those that are not bridges (Tarjan)."""
     n = len(atoms)
     order, low, out = [-1] * n, [0] * n, set()
     counter = 0
@@ -40,13 +28,12 @@ def _bonds_on_cycles(atoms) -> set[tuple[int, int]]:
                 if parent >= 0:
                     low[parent] = min(low[parent], low[node])
                     if low[node] <= order[parent]:  # the bond parent-node lies on a cycle
-                        out.add((min(parent, node), max(parent, node)))
+                        out.update((parent, node))
                 continue
             if nxt == parent:
                 continue
-            if order[nxt] >= 0:  # a back edge: on the cycle it closes
+            if order[nxt] >= 0:
                 low[node] = min(low[node], order[nxt])
-                out.add((min(node, nxt), max(node, nxt)))
             else:
                 order[nxt] = low[nxt] = counter
                 counter += 1

@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from logos.decoding.aromatic import aromatic_bridges, covering_matching, cycle_atoms, path_atoms, perfect_matching, unpruned
+from logos.decoding.aromatic import covering_matching, cycle_atoms, path_atoms, perfect_matching, unpruned
 from logos.decoding.atoms import (AROMATIC, BOND_ORDERS, ORGANIC, SmilesError, _Atom, _bracket_prefix,  # noqa: F401
                                   _BRACKET, _CHARGE, _valences)
 
@@ -62,6 +62,8 @@ class SmilesState:
     lonely: tuple[int, ...] = ()      # aromatic atoms on no cycle yet (kept by _add_atom and _ring)
     touched: set[int] = field(default_factory=set, repr=False, compare=False)  # atoms changed (or no longer anchors)
     # since the aromatic systems were last checked: only their systems can have changed (see :meth:`dead_end`)
+    bridges: tuple[tuple[int, int], ...] = ()  # aromatic bonds on no cycle yet (kept by _add_atom and _ring):
+    # RDKit makes those left at the end single (c1ccccc1c1ccccc1), so a final kekulé structure cannot use them
 
     def copy(self) -> "SmilesState":
         """A copy that shares the atoms until either side changes one (copy on write: :meth:`_own`), so trying a
@@ -69,7 +71,7 @@ class SmilesState:
         self.owned = set()
         return SmilesState(list(self.atoms), self.current, list(self.branches), dict(self.rings), self.bond,
                            self.pending, self.label_ok, self.bond_aromatic, self.settled, set(),
-                           self.cycles, self.empty_branch, self.lonely, set(self.touched))
+                           self.cycles, self.empty_branch, self.lonely, set(self.touched), self.bridges)
 
     def _own(self, i: int) -> _Atom:
         """Atom ``i``, copied first unless this state already owns it (atoms may be shared with copies)."""
@@ -277,6 +279,8 @@ class SmilesState:
             aromatic = prev.aromatic and atom.aromatic and (self.bond is None or self.bond_aromatic)
             prev.bond(index, order, aromatic)
             atom.bond(self.current, order, aromatic)
+            if aromatic:
+                self.bridges += ((self.current, index),)
         elif self.bond is not None:
             raise SmilesError("bond without an atom before it")
         self.atoms.append(atom)
@@ -315,8 +319,12 @@ class SmilesState:
                 raise SmilesError("ring closure exceeds an aromatic atom's neighbours")
             aromatic = here.aromatic and far.aromatic and (self.bond is None or self.bond_aromatic) and \
                 (opened is None or opened_aromatic)
+            path = path_atoms(self.atoms, other, self.current) if self.cycles is not None or self.bridges else []
             if self.cycles is not None:  # new cycle atoms: a path between the ends (:meth:`_in_cycles`)
-                self.cycles = self.cycles.union(path_atoms(self.atoms, other, self.current))
+                self.cycles = self.cycles.union(path)
+            if self.bridges:  # the bonds of that path are on the new cycle (a bridge between the ends is on every path)
+                on_path = {frozenset(pair) for pair in zip(path, path[1:])}
+                self.bridges = tuple(b for b in self.bridges if frozenset(b) not in on_path)
             here, far = self._own(self.current), self._own(other)
             here.bond(other, order, aromatic)
             far.bond(self.current, order - reserved, aromatic)
@@ -456,11 +464,10 @@ class SmilesState:
         ended.current = None  # at the end no atom gains a bond: every system is finished
         if not ended.final_systems_kekulize():
             return False
-        bridges = aromatic_bridges(self.atoms) if len(aromatic) > 3 else []  # (two rings' atoms at least)
-        if not bridges:
+        if not self.bridges:
             return True
         ended = self.copy()  # again without the aromatic bonds between rings, which RDKit makes single
-        for i, j in bridges:
+        for i, j in self.bridges:
             ended._own(i).aromatic_bonds.discard(j)
             ended._own(j).aromatic_bonds.discard(i)
         ended.touched, ended.settled, ended.current = set(aromatic), frozenset(), None
