@@ -304,7 +304,7 @@ class SmilesRow(RowConstraint):
                 return plan
             if plan is None and tried >= limit:
                 return None
-        found = plan_ending(state, limit=limit, max_nodes=100 if quick else 200, quick=40, work=work)
+        found = plan_ending(state, limit=limit, max_nodes=60 if quick else 120, quick=30, work=work)
         ids = self.vocab.spell(found) if found is not None else None
         plan = None if ids is None else (*ids, self.vocab.close_id)  # a tuple of ints: the GC need not follow it
         if key is not None and (plan is not None or work is None or work[0] > 0):
