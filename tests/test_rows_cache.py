@@ -280,9 +280,9 @@ def test_a_row_works_a_bounded_amount_per_step_then_follows_its_plan(vocab, monk
     copies = []
     copy = SmilesState.copy
     monkeypatch.setattr(SmilesState, "copy", lambda self: copies.append(1) or copy(self))
-    candidates = [t for t in _candidates(vocab, n=600, seed=1) if t not in (plan[0], vocab.close_id)]
+    candidates = [t for t in _candidates(vocab, n=4000, seed=1) if t not in (plan[0], vocab.close_id)]
     accepted = [t for t in candidates if row.check(t, 40)]
-    assert len(candidates) > 4 * WORK_PER_STEP and 0 < len(copies) <= 3 * WORK_PER_STEP, len(copies)
+    assert 0 < len(copies) <= min(3 * WORK_PER_STEP, len(candidates) // 2), (len(copies), len(candidates))
     late = candidates[-len(candidates) // 4:]
     assert not any(t in accepted for t in late)  # the work is spent: nothing but the plan ...
     assert row.check(plan[0], 40)  # ... whose next token is still accepted

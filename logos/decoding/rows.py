@@ -50,7 +50,7 @@ __all__ = ["RowConstraint", "SmilesRow", "CompositionRow", "CopyRow", "SmilesVoc
 
 WINDOW = 8       # within this many tokens of what an ending needs at least, every token must keep a planned ending
 MARGIN = 2       # follow the planned ending when the budget left is its length plus this
-WORK_PER_STEP = 96  # work units (ending.cost: ~10-15 us each) one row may spend per step; then only its planned ending
+WORK_PER_STEP = 384  # work units (ending.cost: ~10-15 us each) one row may spend per step; then only its planned ending
 ENDING_WORK = 300    # work a row without a known planned ending may spend finding one when it must follow it
 WANDERING = 6    # refusals after which RDKit also checks each planned molecule
 _RISKY = frozenset("[%<>~$*/\\.:")  # characters after which the state machine alone may not see a dead end
