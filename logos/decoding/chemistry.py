@@ -461,16 +461,12 @@ class SmilesState:
             return False
         ended = self.copy()
         ended.touched.add(self.current)
+        if self.bridges:  # RDKit makes an aromatic bond on no ring single: no kekulé structure may use it, and
+            for i, j in self.bridges:  # systems settled with one are matched again
+                ended._own(i).aromatic_bonds.discard(j)
+                ended._own(j).aromatic_bonds.discard(i)
+            ended.touched, ended.settled = set(aromatic), frozenset()
         ended.current = None  # at the end no atom gains a bond: every system is finished
-        if not ended.final_systems_kekulize():
-            return False
-        if not self.bridges:
-            return True
-        ended = self.copy()  # again without the aromatic bonds between rings, which RDKit makes single
-        for i, j in self.bridges:
-            ended._own(i).aromatic_bonds.discard(j)
-            ended._own(j).aromatic_bonds.discard(i)
-        ended.touched, ended.settled, ended.current = set(aromatic), frozenset(), None
         return ended.final_systems_kekulize()
 
     def lower_bound(self) -> int:

@@ -4,7 +4,8 @@ A row near its length budget must still be able to close its molecule span valid
 finds a short suffix that does: close a bracket atom, close open rings, close branches, and add
 atoms where rings, bonds or aromatic systems need them - aromatic ones (``c``) as well as aliphatic
 (``C``), so a half-written benzene ring (``Cc1cc``) ends as ``cc1`` + ring closures rather than not
-at all, and an exocyclic double bond where an aromatic ring needs one (``c1ccccc1`` + ``c1=O``). Each candidate move is applied to a copy-on-write copy of the state with the same checks
+at all, and an exocyclic double bond where an aromatic ring needs one (a tropone ends ``c1=O``).
+Each candidate move is applied to a copy-on-write copy of the state with the same checks
 the decoder applies to a token (valence, rings, aromatic atoms that can still end in a ring,
 finished aromatic systems that kekulize), and the goal is :meth:`SmilesState.can_close`. The
 search is bounded (``max_nodes``), so a plan costs at most a few milliseconds; None means no
