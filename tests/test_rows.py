@@ -104,6 +104,20 @@ def test_copy_on_write_copies_are_independent():
     assert [x.used for x in a.atoms] != [x.used for x in b.atoms]
 
 
+def test_a_span_rdkit_refuses_fails_when_the_row_settles(tok, vocab):
+    """RDKit reads each closed span once the row has ended, outside the steps: a span whose aromatic system the
+    state machine cannot see is unkekulizable (a random model wrote it) closes, and the row then fails; a valid
+    span passes."""
+    bad = "[B-]23c1cccnc1CON1CN1CC(F)NC(=O)cs3CCINCOC(=O)CCC45n1c(C(C)C)c2c4c51"
+    for smiles, failure in ((bad, "kekulize"), ("c1ccc2c(c1)[nH]c1ccccc12", None)):
+        row = SmilesRow(vocab, "<MoleculeS>")
+        for t in tok(smiles, add_special_tokens=False)["input_ids"]:
+            row.advance(t)
+        assert row.check(vocab.close_id, 10), smiles
+        row.advance(vocab.close_id)
+        assert row.settle() == failure and _valid(smiles) == (failure is None), smiles
+
+
 def test_fork_is_independent(tok, vocab):
     row = SmilesRow(vocab, "<MoleculeS>")
     for t in tok("c1ccc", add_special_tokens=False)["input_ids"]:

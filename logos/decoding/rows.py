@@ -8,7 +8,7 @@ and a vLLM logits processor (one object per request):
 ``check(token, remaining) -> bool``
     Whether the row may write ``token`` now with ``remaining`` tokens of budget left (this token
     included). Exact: the chemistry (valence, rings, aromatic atoms, kekulé structure of finished
-    aromatic systems; the closing tag only when RDKit sanitizes the span), the composition, the
+    aromatic systems; the closing tag only when the state can close), the composition, the
     budget. Cheap (tens of microseconds): the state is copied on write.
 ``banned(candidates, remaining) -> list[int]``
     The candidates ``check`` refuses (a logits processor bans them; the built-in loop draws,
@@ -29,6 +29,11 @@ and a vLLM logits processor (one object per request):
 ``advance(token)``, ``fork()``, ``failure``, ``budget(default)``
     Accept a token; an independent copy (beam search, speculative steps); why the row cannot end
     validly (None while it can: the engine resamples the row); the length budget the row needs.
+``settle() -> str | None``
+    Once the row has ended, outside the decoding steps: the checks of what it wrote that no step made
+    (RDKit's parse of each molecule span it closed), and why they fail (None: they pass; the engine
+    resamples the row). A step never waits for them: their cost, up to a millisecond for a large
+    molecule, would otherwise hold every row of the batch.
 
 Each task of :mod:`logos.tasks` names its row constraint: :class:`SmilesRow` for tasks that write molecule
 spans, :class:`CompositionRow` for crystals from a composition, :class:`CopyRow` for binding-site search
@@ -84,6 +89,9 @@ class RowConstraint:
         return default
 
     def possible(self) -> np.ndarray | None:
+        return None
+
+    def settle(self) -> str | None:
         return None
 
     def fork(self) -> "RowConstraint":
@@ -276,6 +284,7 @@ class SmilesRow(RowConstraint):
         self._plan: tuple[int, ...] | None = None   # token ids of the planned ending for the current state
         self._planned = self._searched = False  # a planned ending known; searched for one this step
         self._work, self._refusals = [WORK_PER_STEP], 0
+        self.closed: list[str] = []  # the spans this row closed, for RDKit once it has ended (settle)
 
     def fork(self) -> "SmilesRow":
         new = SmilesRow.__new__(SmilesRow)
@@ -283,7 +292,7 @@ class SmilesRow(RowConstraint):
         new.state = self.state.copy() if self.state is not None else None
         new._trial, new._plan, new._planned, new._work = None, self._plan, self._planned, [WORK_PER_STEP]
         new._searched = self._searched
-        new._refusals = self._refusals
+        new._refusals, new.closed = self._refusals, list(self.closed)
         return new
 
     # ---------------------------------------------------------------- planning
@@ -352,6 +361,14 @@ class SmilesRow(RowConstraint):
     def closes(self, token: int) -> bool:
         return token == self.vocab.close_id and self.state is not None
 
+    def settle(self) -> str | None:
+        """RDKit's parse of every span the row closed (the state machine cannot see every kekulé structure and
+        hypervalence RDKit refuses): ``"kekulize"`` if it refuses one."""
+        if not all(map(_sanitizes, self.closed)):
+            self.failure = "kekulize"
+            return self.failure
+        return None
+
     def must_close(self, remaining: int) -> bool:
         state = self.state
         if state is None or remaining > state.lower_bound() + WINDOW:
@@ -381,12 +398,7 @@ class SmilesRow(RowConstraint):
         if state is None:
             return True
         if token == vocab.close_id:
-            if not state.can_close():
-                return False
-            if not _sanitizes(self.smiles):
-                self.failure = "kekulize"  # complete, but RDKit refuses it: only resampling helps
-                return False
-            return True
+            return state.can_close()  # RDKit reads the span once the row has ended (settle)
         if not vocab.smiles[token]:
             return False
         work = self._work
@@ -433,6 +445,8 @@ class SmilesRow(RowConstraint):
             self.state, self.smiles = SmilesState(), ""
             return
         if token == vocab.close_id:
+            if self.state is not None:
+                self.closed.append(self.smiles)
             self.state, self.smiles = None, ""
             return
         if self.state is None:

@@ -24,6 +24,11 @@ step; left padding, explicit position ids), then
    end, and one such row holds its whole batch for the budget's length;
 4. accepted tokens advance the grammar matchers and row constraints; a row ends at its stop token.
 
+Once the batch has ended, each finished row's constraint checks what no step did
+(:meth:`~logos.decoding.rows.RowConstraint.settle`: RDKit's parse of the molecules it wrote); a row that
+fails gets the reason as its status (the caller resamples it). Those checks count in the constraint time,
+not in any step's.
+
 Each row's score is the sum of the model's own log-probabilities (temperature 1, before any mask)
 of the tokens it wrote, the likelihood conditional tasks are ranked by. A row that runs out of
 budget, or whose finished span its constraint refuses, is reported as failed (the caller may
@@ -85,6 +90,7 @@ class StepStats:
     check_seconds: float = 0.0
     row_steps: int = 0
     worst_step_row_seconds: float = 0.0
+    settle_seconds: float = 0.0  # the row constraints' checks once rows have ended (in check_seconds, in no step)
     end_draws: int = 0  # end-of-document draws of finished rows (``then_id``)
     closed_by_plan: int = 0  # spans sent to their planned ending (a refused draw of their end, or WANDERING)
 
@@ -92,6 +98,7 @@ class StepStats:
         self.steps += other.steps
         self.mask_seconds += other.mask_seconds
         self.check_seconds += other.check_seconds
+        self.settle_seconds += other.settle_seconds
         self.row_steps += other.row_steps
         self.end_draws += other.end_draws
         self.closed_by_plan += other.closed_by_plan
@@ -265,6 +272,15 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
     for r in results:
         if r.status == "running":
             r.status = "budget"
+    t = time.perf_counter()
+    for r, row in zip(results, rows):  # what no step checked (RDKit's parse of the spans): no step waits for it
+        if row is not None and r.status in ("done", NOT_WHOLE):
+            failure = row.settle()
+            if failure:
+                r.status = failure
+    spent = time.perf_counter() - t
+    stats.settle_seconds += spent
+    stats.check_seconds += spent
     return results
 
 
