@@ -5,7 +5,7 @@
 - ring closures keep the set of atoms on cycles up to date: the same set as Tarjan's algorithm from scratch;
 - :meth:`SmilesRow.possible` (a small state signature and the vocabulary classified once) is a superset of the
   tokens a row accepts, on real molecules and on what a random model writes;
-- the unfinished-aromatic-system check (:meth:`SmilesState.open_systems_can_kekulize`) refuses only tokens after
+- the unfinished-aromatic-system check (:meth:`SmilesState.aromatic_systems_problem`) refuses only tokens after
   which no ending exists, and its matching agrees with networkx;
 - the sampler's redraws sample the model's distribution restricted to the accepted tokens;
 - a row's work in one step is bounded, after which it accepts only its planned ending.

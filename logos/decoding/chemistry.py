@@ -18,7 +18,7 @@ would make the molecule invalid in a way a partial string can already show:
   through (:meth:`SmilesState.aromatic_atoms_can_close`);
 - **kekulé structures**: a finished aromatic system (no atom of it can gain a bond) must have one, and in an
   unfinished one the atoms that can no longer gain bonds and need a double bond must still pair up over its
-  aromatic bonds (:meth:`SmilesState.open_systems_can_kekulize`, a necessary condition).
+  aromatic bonds (:meth:`SmilesState.aromatic_systems_problem`, a necessary condition).
 
 A check costs what the token touches: states are copied on write, the atoms on cycles follow each ring
 closure, and the aromatic systems are looked at only where an atom changed since they last passed
@@ -101,7 +101,7 @@ class SmilesState:
     def dead_end(self) -> str | None:
         """Why no continuation of this state (no pending characters) can end validly, None if none is seen:
         open rings no atom can close, an aromatic atom no ring can reach, a finished aromatic system without a kekulé
-        structure, or an unfinished one whose fixed atoms can no longer be paired (:meth:`open_systems_can_kekulize`).
+        structure, or an unfinished one whose fixed atoms can no longer be paired (:meth:`aromatic_systems_problem`).
 
         Aromatic systems are looked at only where they contain a ``touched`` atom: one changed, added or no longer able
         to grow since the checks last passed (a system of unchanged atoms that were anchors before are anchors still
@@ -114,11 +114,44 @@ class SmilesState:
             anchors = self._anchors()
             if not self.aromatic_atoms_can_close(anchors):
                 return "an aromatic atom can no longer end up in a ring"
-        if not self.final_systems_kekulize(anchors):
-            return "a finished aromatic system cannot be kekulized"
-        if OPEN_CHECK and not self.open_systems_can_kekulize(anchors):
-            return "an aromatic system being written can no longer be kekulized"
-        self.touched = set()
+        problem = self.aromatic_systems_problem(anchors, OPEN_CHECK)
+        if problem is None:
+            self.touched = set()
+        return problem
+
+    def aromatic_systems_problem(self, anchors: set[int] | None = None, open_check: bool = True) -> str | None:
+        """Why an aromatic system with a ``touched`` atom cannot end validly (None: none is seen), each system found
+        once:
+
+        - a *finished* system (none of its atoms can gain a bond) needs a kekulé structure: a perfect matching, over
+          its aromatic bonds, of the atoms that need a double bond. A finished system never changes, so once matched
+          its atoms are ``settled`` and not looked at again;
+        - in an *unfinished* one (with ``open_check``), the atoms that can gain no bond keep their bonds, so those
+          needing a double bond must pair up over the system's aromatic bonds, with each other or with atoms that can
+          still gain bonds (which may also pair with atoms still to come). A necessary condition, so it refuses only
+          continuations that cannot end validly.
+        """
+        atoms, settled = self.atoms, self.settled
+        todo = [i for i in self.touched if atoms[i].aromatic and i not in settled]  # (settled systems are finished)
+        if not todo:
+            return None
+        anchors = self._anchors() if anchors is None else anchors
+        seen: set[int] = set()
+        for start in todo:
+            if start in seen:
+                continue
+            system = self._system(start)
+            seen |= system
+            if system.isdisjoint(anchors):
+                needing = [i for i in system if atoms[i].needs_double()]
+                if len(needing) % 2 or (needing and not perfect_matching(atoms, needing)):
+                    return "a finished aromatic system cannot be kekulized"
+                settled = settled | system
+            elif open_check and len(system) >= 3:
+                must = [i for i in system if i not in anchors and atoms[i].needs_double()]
+                if must and not covering_matching(atoms, must, [i for i in system if i in anchors]):
+                    return "an aromatic system being written can no longer be kekulized"
+        self.settled = settled
         return None
 
     def _char(self, ch: str) -> None:
@@ -370,53 +403,9 @@ class SmilesState:
         return system
 
     def final_systems_kekulize(self, anchors: set[int] | None = None) -> bool:
-        """Whether every *finished* aromatic system (none of its atoms can gain a bond) has a kekulé structure:
-        a perfect matching, over its aromatic bonds, of the atoms that need a double bond. A finished system never
-        changes, so once matched its atoms are ``settled`` and not looked at again."""
-        settled = self.settled
-        todo = [i for i in self.touched if self.atoms[i].aromatic and i not in settled]
-        if not todo:
-            return True
-        anchors = self._anchors() if anchors is None else anchors
-        seen: set[int] = set()
-        for start in todo:
-            if start in seen:
-                continue
-            system = self._system(start)
-            seen |= system
-            if not system.isdisjoint(anchors):
-                continue
-            needing = [i for i in system if self.atoms[i].needs_double()]
-            if len(needing) % 2:
-                return False
-            if needing and not perfect_matching(self.atoms, needing):
-                return False
-            settled = settled | system
-        self.settled = settled
-        return True
-
-    def open_systems_can_kekulize(self, anchors: set[int] | None = None) -> bool:
-        """Whether every *unfinished* aromatic system (one of its atoms can still gain a bond) may still have a kekulé
-        structure: its atoms that can gain no bond keep their bonds, so those needing a double bond must pair up over
-        the system's aromatic bonds, with each other or with atoms that can still gain bonds (which may also pair with
-        atoms still to come). A necessary condition, so it refuses only continuations that cannot end validly."""
-        atoms = self.atoms
-        todo = [i for i in self.touched if atoms[i].aromatic]
-        if not todo:
-            return True
-        anchors = self._anchors() if anchors is None else anchors
-        seen: set[int] = set()
-        for start in todo:
-            if start in seen:
-                continue
-            system = self._system(start)
-            seen |= system
-            if len(system) < 3 or system.isdisjoint(anchors):  # (a finished one: final_systems_kekulize)
-                continue
-            must = [i for i in system if i not in anchors and atoms[i].needs_double()]
-            if must and not covering_matching(atoms, must, [i for i in system if i in anchors]):
-                return False
-        return True
+        """Whether every *finished* aromatic system has a kekulé structure (:meth:`aromatic_systems_problem`, the
+        unfinished ones left unchecked)."""
+        return self.aromatic_systems_problem(anchors, open_check=False) is None
 
     def lonely_aromatic(self) -> list[int]:
         """Aromatic atoms on no cycle yet."""
