@@ -336,8 +336,8 @@ class SmilesRow(RowConstraint):
         others (a chain atom, a substituent) leave the ending as it was: one :meth:`SmilesState.feed` replaces a
         search."""
         plan = self._plan if self._planned else None
-        if plan and plan[0] == token:
-            plan = plan[1:]
+        if plan and plan[0] == token:  # following the plan: its rest ends the state it leads to, as planned
+            return plan[1:] if 1 < len(plan) <= remaining + 1 else None
         if not plan or len(plan) > remaining:
             return None
         self._work[0] -= cost(trial)
