@@ -75,13 +75,14 @@ bench: $(VENV_OK)
 # An offline bundle for a GPU machine without access to a package index (benchmarks/gpu_check.sh): cp312
 # wheels of what such a machine typically lacks, and small token shards; the repository itself is put on
 # PYTHONPATH, so the project needs no wheel. Training (train, zero3) needs DeepSpeed and its small
-# dependencies (~12 MiB). Generation also needs RDKit, gemmi, spglib, networkx, lark and llguidance
+# dependencies (~12 MiB). Generation also needs RDKit, gemmi, spglib, networkx, rustworkx, lark and llguidance
 # (~48 MiB), so it is opt-in: GPU_GENERATE=1. The bundle and the tree together must stay under
 # BUNDLE_MAX_MB.
 BUNDLE_MAX_MB ?= 64
 GPU_TRAIN_WHEELS := einops==0.8.2 hjson==3.1.0 msgpack==1.2.4 ninja==1.13.2 py-cpuinfo==9.0.0 psutil==7.2.2 \
 	pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5
-GPU_GENERATE_WHEELS := lark==1.3.1 llguidance==1.6.1 rdkit==2026.9.1 gemmi==0.7.5 spglib==2.8.0 networkx==3.6.1
+GPU_GENERATE_WHEELS := lark==1.3.1 llguidance==1.6.1 rdkit==2026.9.1 gemmi==0.7.5 spglib==2.8.0 networkx==3.6.1 \
+	rustworkx==0.18.1
 gpu-wheels: $(VENV_OK)
 	rm -rf gpu_wheels gpu_shards && mkdir -p gpu_wheels
 	DS_BUILD_OPS=0 $(PY) -m pip wheel -q --no-deps --no-build-isolation deepspeed==0.19.8 -w gpu_wheels

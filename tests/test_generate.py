@@ -315,3 +315,47 @@ def test_a_refused_end_of_span_follows_the_planned_ending(random_model):
     for r in results:
         assert r.tokens == list(plan), tok.decode(r.tokens)
         assert Chem.MolFromSmiles(body + tok.decode(r.tokens[:-1])) is not None
+
+
+def test_a_yielded_step_leaves_the_row_as_if_it_had_not_happened():
+    """A row whose constraint spends its step's work before a token is decided writes nothing in that step (a masked
+    padding, its position not taken) and draws again from the same distribution in the next: with greedy draws,
+    every row writes the tokens, with the same log-probabilities, that it writes when no row yields."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from logos.decoding.rows import RowConstraint
+    from logos.decoding.sampler import StepStats, sample_batch
+
+    class Yields(RowConstraint):  # allows every token, but its work is spent at the given token counts, once each
+        def __init__(self, at):
+            self.at, self.written = set(at), 0
+
+        def check(self, token, remaining):
+            return self.written not in self.at
+
+        def spent(self):
+            return self.written in self.at
+
+        def renew(self):
+            self.at.discard(self.written)
+
+        def advance(self, token):
+            self.written += 1
+
+    tok = AutoTokenizer.from_pretrained(str(SHIPPED))
+    model = AutoModelForCausalLM.from_pretrained(str(SHIPPED)).eval()
+    start, stop = tok.convert_tokens_to_ids("<MoleculeS>"), tok.convert_tokens_to_ids("<MoleculeE>")
+    prompts = [[tok.bos_token_id, start], [tok.bos_token_id, start] + tok("CC", add_special_tokens=False)["input_ids"],
+               [tok.bos_token_id, start] + tok("c1ccccc1", add_special_tokens=False)["input_ids"]]
+    banned = torch.zeros(model.config.vocab_size, dtype=torch.bool)
+    sampling = Sampling(temperature=1e-6, max_new_tokens=20)
+    plain = sample_batch(model, prompts, tok.pad_token_id, stop, banned, sampling, torch.Generator().manual_seed(0))
+    stats = StepStats()
+    rows = [Yields({0, 3, 4}), None, Yields({1, 2})]
+    yielded = sample_batch(model, prompts, tok.pad_token_id, stop, banned, sampling, torch.Generator().manual_seed(0),
+                           rows=rows, stats=stats)
+    assert stats.yields == 5 and all(not row.at for row in rows if row is not None)
+    for a, b in zip(plain, yielded):
+        assert a.tokens == b.tokens and a.status == b.status, (tok.decode(a.tokens), tok.decode(b.tokens))
+        assert abs(a.logprob - b.logprob) < 1e-3

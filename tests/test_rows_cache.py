@@ -289,3 +289,24 @@ def test_a_row_works_a_bounded_amount_per_step_then_follows_its_plan(vocab, monk
     row.advance(plan[0])
     fresh = [t for t in candidates if row.check(t, 39)]
     assert fresh, "the next step has its work again"
+
+
+def test_a_yielding_row_spreads_its_ending_search_over_steps(vocab):
+    """A row whose engine lets it yield its step refuses every token once the step's work is spent, its planned
+    ending's next token included; its ending search goes on in the next step where it stopped, and ends as one
+    search given all its work at once."""
+    text = "<MoleculeS>c1ccc2c(c1)c1ccccc1c1ccc("
+    vocab.plans.clear()
+    expected = SmilesRow(vocab, text).ending(40)  # (an engine that cannot yield: one step)
+    vocab.plans.clear()
+    row = SmilesRow(vocab, text)
+    row.can_yield = True
+    steps = 0
+    while (plan := row.ending(40)) is None:
+        assert row.spent() and not row.check(expected[0], 40)
+        row.renew()
+        steps += 1
+        assert steps < 20
+    assert steps >= 2 and plan == expected and expected is not None
+    row.renew()
+    assert row.check(plan[0], 40)  # with the next step's work, its ending is accepted

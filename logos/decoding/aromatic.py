@@ -6,7 +6,11 @@ apart from the character-level state machine in :mod:`logos.generate.chemistry`.
 
 from __future__ import annotations
 
+import rustworkx as rx
+
 __all__ = ["cycle_atoms", "perfect_matching", "covering_matching", "unpruned", "path_atoms"]
+
+SEARCH_STEPS = 64  # steps of the memoised pairing search before the blossom algorithm decides
 
 
 def cycle_atoms(atoms) -> set[int]:
@@ -45,7 +49,7 @@ def perfect_matching(atoms, needing: list[int]) -> bool:
     """Whether the atoms that need a double bond pair up perfectly over their aromatic bonds (a kekulé structure).
 
     A memoised search that always pairs the atom with the fewest partners left (a few steps for any
-    drug-like ring system); networkx's blossom algorithm when that search branches too much.
+    drug-like ring system); rustworkx's blossom algorithm (:func:`_blossom`) when that search branches.
     """
     need = set(needing)
     if len(need) % 2:
@@ -62,7 +66,7 @@ def perfect_matching(atoms, needing: list[int]) -> bool:
         if left in seen:
             return False
         steps[0] += 1
-        if steps[0] > 2000:
+        if steps[0] > SEARCH_STEPS:
             return None  # too many branches: let the blossom algorithm decide
         i = min(left, key=lambda k: (len(partners[k] & left), k))
         for j in partners[i] & left:
@@ -75,12 +79,7 @@ def perfect_matching(atoms, needing: list[int]) -> bool:
     found = match(frozenset(need))
     if found is not None:
         return found
-    import networkx as nx
-
-    graph = nx.Graph()
-    graph.add_nodes_from(need)
-    graph.add_edges_from((i, j) for i in need for j in partners[i] if i < j)
-    return 2 * len(nx.max_weight_matching(graph, maxcardinality=True)) == len(need)
+    return need <= _blossom(need, [(i, j, 1) for i in need for j in partners[i] if i < j], True)
 
 
 def unpruned(atoms, anchors: set[int]) -> set[int]:
@@ -106,8 +105,8 @@ def covering_matching(atoms, must: list[int], optional: list[int]) -> bool:
     ``optional`` (which may also stay unpaired): a kekulé structure is still possible for an aromatic system whose
     atoms ``optional`` can still gain bonds. :func:`perfect_matching` is the case without optional atoms.
 
-    A greedy pairing first (found: done); else the same memoised search as :func:`perfect_matching` (the ``must``
-    atom with the fewest partners first); networkx's weighted matching when it branches too much.
+    A greedy pairing first (found: done); else a maximum-weight matching (:func:`_blossom`) in which an edge weighs
+    the ``must`` atoms it pairs: one of weight ``len(must)`` covers them all, and only such a matching does.
     """
     need, free = set(must), set(optional) - set(must)
     if not need:
@@ -128,36 +127,21 @@ def covering_matching(atoms, must: list[int], optional: list[int]) -> bool:
         taken.update((i, min(options, key=lambda j: (j not in need, len(partners[j]), j))))
     else:
         return True
-    seen: set[frozenset[int]] = set()
-    steps = [0]
+    edges = [(i, j, (i in need) + (j in need)) for i in every for j in partners[i] if i < j]
+    return need <= _blossom(every, edges, False)
 
-    def match(left: frozenset[int]) -> bool | None:
-        todo = left & need
-        if not todo:
-            return True
-        if left in seen:
-            return False
-        steps[0] += 1
-        if steps[0] > 2000:
-            return None
-        i = min(todo, key=lambda k: (len(partners[k] & left), k))
-        for j in partners[i] & left:
-            found = match(left - {i, j})
-            if found is None or found:
-                return found
-        seen.add(left)
-        return False
 
-    found = match(frozenset(every))
-    if found is not None:
-        return found
-    import networkx as nx
-
-    graph = nx.Graph()
-    graph.add_nodes_from(every)
-    graph.add_edges_from((i, j, {"weight": (i in need) + (j in need)}) for i in every for j in partners[i] if i < j)
-    covered = {k for edge in nx.max_weight_matching(graph) for k in edge}
-    return need <= covered
+def _blossom(nodes, edges, max_cardinality: bool) -> set[int]:
+    """The atoms paired by a maximum-weight matching (Edmonds' blossom algorithm, rustworkx: tens of microseconds
+    where a search over subsets can take milliseconds) of ``edges`` (atom, atom, integer weight) among ``nodes``;
+    with ``max_cardinality``, the heaviest of the largest matchings."""
+    index = {atom: k for k, atom in enumerate(nodes)}
+    graph = rx.PyGraph()
+    graph.add_nodes_from(list(index))
+    graph.add_edges_from([(index[i], index[j], w) for i, j, w in edges])
+    atoms = list(index)
+    pairs = rx.max_weight_matching(graph, max_cardinality=max_cardinality, weight_fn=lambda w: w)
+    return {atoms[k] for pair in pairs for k in pair}
 
 
 def path_atoms(atoms, start: int, goal: int) -> list[int]:

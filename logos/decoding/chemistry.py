@@ -418,20 +418,31 @@ class SmilesState:
         *anchors*: atoms that can still take a bond (the current atom and branch points with a free
         valence) and atoms whose ring bond is open. Pruning every non-anchor leaf of the molecule graph
         leaves those paths (and the closed rings); an aromatic atom on no cycle that is pruned away, or
-        left with a single anchor, is lost (only the current atom may still open a ring of its own).
+        left with a single anchor, is lost. The current atom may still be on a ring of its own if it can take
+        two more bonds (``c1...1``, ``c(C1)C1``); with room for one, only if an existing neighbour leads to
+        another anchor (``No`` and ``S(=O)(=O)o`` are dead ends: the ``o`` has one bond left and nothing to
+        close a ring with).
         """
         lonely = self.lonely_aromatic()
         if not lonely:
             return True
         anchors = self._anchors() if anchors is None else anchors
-        # the current atom may still open a ring itself (a label right after it); any other needs two anchors
-        lonely = [i for i in lonely if not (i == self.current and self.label_ok and self.atoms[i].free > 0)]
+        atoms, current, through = self.atoms, self.current, False
+        if current in lonely:
+            atom = atoms[current]
+            room, free = atom.max_degree - len(atom.neighbours) - atom.open_rings, atom.free
+            if room >= 2 and free >= 2:  # a ring of its own
+                lonely = [i for i in lonely if i != current]
+            elif room >= 1 and free >= 1 and not atom.open_rings:  # one more bond: back through a neighbour
+                through = True
         if not lonely:
             return True
         if len(anchors) < 2:
             return False
-        alive = unpruned(self.atoms, anchors)
-        return all(i in alive for i in lonely)
+        alive = unpruned(atoms, anchors)
+        if not all(i in alive for i in lonely):
+            return False
+        return not through or any(j in alive for j in atoms[current].neighbours)
 
     def can_close(self) -> bool:
         """Whether the span may end here: atoms written, no open ring, bond or branch, aromatic atoms in rings."""

@@ -29,6 +29,14 @@ and a vLLM logits processor (one object per request):
 ``advance(token)``, ``fork()``, ``failure``, ``budget(default)``
     Accept a token; an independent copy (beam search, speculative steps); why the row cannot end
     validly (None while it can: the engine resamples the row); the length budget the row needs.
+``spent()``, ``renew()``, ``can_yield``
+    Whether the row's work for this step is spent (a refusal since may be for want of work, not validity); a
+    fresh step's work for a row that writes nothing this step. An engine that can let a row *yield* its step
+    (write nothing, keep its distribution for the next step: the built-in loop) sets ``can_yield``: the row then
+    refuses every token once its work is spent, and its ending search goes on in the next step where it stopped,
+    so a step's work is bounded without cutting a row short. Without it (vLLM, which writes a token for every
+    request in every step) a spent row accepts only its planned ending's next token, and an ending search may
+    spend ``ENDING_WORK`` in one step.
 ``settle() -> str | None``
     Once the row has ended, outside the decoding steps: the checks of what it wrote that no step made
     (RDKit's parse of each molecule span it closed), and why they fail (None: they pass; the engine
@@ -49,14 +57,14 @@ import numpy as np
 
 from logos.science.chemistry import CLOSE as MOL_CLOSE, OPEN as MOL_OPEN
 from logos.decoding.chemistry import SmilesError, SmilesState
-from logos.decoding.ending import cost, plan_ending
+from logos.decoding.ending import PAUSED, cost, plan_ending, plan_search, run_search
 
 __all__ = ["RowConstraint", "SmilesRow", "CompositionRow", "CopyRow", "SmilesVocab"]
 
 WINDOW = 8       # within this many tokens of what an ending needs at least, every token must keep a planned ending
 MARGIN = 2       # follow the planned ending when the budget left is its length plus this
-WORK_PER_STEP = 384  # work units (ending.cost: ~10-15 us each) one row may spend per step; then only its planned ending
-ENDING_WORK = 300    # work a row without a known planned ending may spend finding one when it must follow it
+WORK_PER_STEP = 32   # work units (ending.cost: ~5-15 us each) one row may spend per step
+ENDING_WORK = 400    # the most work one ending search takes (in one step, or over the steps a row yields)
 WANDERING = 6    # refusals after which RDKit also checks each planned molecule
 _RISKY = frozenset("[%<>~$*/\\.:")  # characters after which the state machine alone may not see a dead end
 _SMILES_CHARS = re.compile(r"[A-Za-z0-9()\[\]=#$:/\\.@+\-%*~<>]+")
@@ -66,6 +74,7 @@ class RowConstraint:
     """One row's domain constraint (see the module docstring); the base class allows everything."""
 
     failure: str | None = None
+    can_yield = False  # set by an engine that lets a row yield its step (see the module docstring)
 
     def check(self, token: int, remaining: int) -> bool:
         return True
@@ -93,6 +102,12 @@ class RowConstraint:
 
     def settle(self) -> str | None:
         return None
+
+    def spent(self) -> bool:
+        return False
+
+    def renew(self) -> None:
+        pass
 
     def fork(self) -> "RowConstraint":
         raise NotImplementedError
@@ -267,9 +282,10 @@ class SmilesRow(RowConstraint):
     tried first (:meth:`_reuse`: most tokens leave it valid).
 
     The work of one row in one step is bounded (``WORK_PER_STEP`` units of :func:`~logos.decoding.ending.cost`, which
-    grows with the molecule: state updates, planner moves, RDKit checks): once it is spent the row accepts only its
-    planned ending's next token, which the engines then follow, so a step costs a bounded amount whatever the model
-    writes.
+    grows with the molecule: state updates, planner moves, RDKit checks): once it is spent the row refuses every token
+    and its engine lets it yield the step (``can_yield``; its searches go on in the next step), or, in an engine that
+    cannot, accepts only its planned ending's next token, which the engine then follows. Either way a step costs a
+    bounded amount whatever the model writes.
     """
 
     def __init__(self, vocab: SmilesVocab, prompt_tail: str = ""):
@@ -284,6 +300,7 @@ class SmilesRow(RowConstraint):
         self._plan: tuple[int, ...] | None = None   # token ids of the planned ending for the current state
         self._planned = self._searched = False  # a planned ending known; searched for one this step
         self._work, self._refusals = [WORK_PER_STEP], 0
+        self._searches: dict = {}  # ending searches of this state and its candidates paused for want of work
         self.closed: list[str] = []  # the spans this row closed, for RDKit once it has ended (settle)
 
     def fork(self) -> "SmilesRow":
@@ -292,7 +309,7 @@ class SmilesRow(RowConstraint):
         new.state = self.state.copy() if self.state is not None else None
         new._trial, new._plan, new._planned, new._work = None, self._plan, self._planned, [WORK_PER_STEP]
         new._searched = self._searched
-        new._refusals, new.closed = self._refusals, list(self.closed)
+        new._refusals, new.closed, new.can_yield, new._searches = self._refusals, list(self.closed), self.can_yield, {}
         return new
 
     # ---------------------------------------------------------------- planning
@@ -302,24 +319,52 @@ class SmilesRow(RowConstraint):
 
         Plans are shared by all rows through the vocabulary's cache, keyed by the span text (which determines
         the state): a plan found fits any larger budget, a failure any smaller one (a search cut short by
-        ``work``, the row's work left this step, is not remembered).
+        ``work``, the row's work left this step, is not remembered). A row that can yield keeps a search cut short
+        and returns :data:`~logos.decoding.ending.PAUSED`: it goes on in the next call for the same text, until it
+        has taken ``ENDING_WORK`` in all (then None).
         """
-        limit = max(remaining - 1, 0)
-        cache = self.vocab.plans
         key = (text, quick) if text is not None else None
-        if key is not None and key in cache:
-            plan, tried = cache[key]
+        known = self._known(key, remaining)
+        if known is not PAUSED:
+            return known
+        limit, nodes = max(remaining - 1, 0), 60 if quick else 120
+        if not self.can_yield or key is None or work is not self._work:
+            found = plan_ending(state, limit=limit, max_nodes=nodes, quick=30, work=work)
+            return self._store(key, found, remaining, complete=found is not None or work is None or work[0] > 0)
+        entry = self._searches.get((key, remaining))  # a row that yields: the search goes on where it stopped
+        if entry is None:
+            entry = self._searches[(key, remaining)] = [plan_search(state, limit, nodes, 30, work), 0]
+        if entry[0] is None:
+            return None  # given up: it took ENDING_WORK
+        before = work[0]
+        found = run_search(entry[0])
+        entry[1] += before - work[0]
+        if found is PAUSED:
+            if entry[1] < ENDING_WORK:
+                return PAUSED
+            entry[0] = found = None
+        return self._store(key, found, remaining, complete=entry[0] is not None)
+
+    def _known(self, key, remaining: int):
+        """A cached plan for ``key`` that fits ``remaining``, None if none is known to, PAUSED if a search must tell."""
+        if key is not None and key in self.vocab.plans:
+            plan, tried = self.vocab.plans[key]
             if plan is not None and len(plan) <= remaining:
                 return plan
-            if plan is None and tried >= limit:
+            if plan is None and tried >= max(remaining - 1, 0):
                 return None
-        found = plan_ending(state, limit=limit, max_nodes=60 if quick else 120, quick=30, work=work)
+        return PAUSED
+
+    def _store(self, key, found: str | None, remaining: int, complete: bool) -> tuple[int, ...] | None:
+        """The token ids of an ending ``found`` (closing tag included), cached under ``key`` unless the search was cut
+        short (not ``complete``)."""
         ids = self.vocab.spell(found) if found is not None else None
         plan = None if ids is None else (*ids, self.vocab.close_id)  # a tuple of ints: the GC need not follow it
-        if key is not None and (plan is not None or work is None or work[0] > 0):
+        cache = self.vocab.plans
+        if key is not None and (plan is not None or complete):
             if len(cache) > 200_000:
                 cache.clear()
-            cache[key] = (plan, limit)
+            cache[key] = (plan, max(remaining - 1, 0))
         return plan
 
     def _risky(self, trial: SmilesState, text: str) -> bool:
@@ -351,12 +396,24 @@ class SmilesRow(RowConstraint):
     def ending(self, remaining: int) -> tuple[int, ...] | None:
         if self.state is None:
             return None
-        if not self._planned and not self._searched:  # one search per step, of at least ENDING_WORK
+        if not self._planned and not self._searched and self.can_yield:  # the search goes on where it stopped
+            self._searched = True
+            plan = self._plan_tokens(self.state, remaining, text=self.smiles, work=self._work)
+            if plan is not PAUSED:
+                self._plan, self._planned = plan, True
+        elif not self._planned and not self._searched:  # one search per step, of at least ENDING_WORK
             work = [max(self._work[0], ENDING_WORK)]
             self._plan = self._plan_tokens(self.state, remaining, text=self.smiles, work=work)
             self._planned, self._searched = self._plan is not None or work[0] > 0, True
             self._work[0] = min(self._work[0], work[0])
         return self._plan if self._planned else None
+
+    def spent(self) -> bool:
+        return self._work[0] <= 0
+
+    def renew(self) -> None:
+        self._work[0] = WORK_PER_STEP  # in place: a paused search holds this list
+        self._searched, self._trial = False, None
 
     def closes(self, token: int) -> bool:
         return token == self.vocab.close_id and self.state is not None
@@ -402,8 +459,8 @@ class SmilesRow(RowConstraint):
         if not vocab.smiles[token]:
             return False
         work = self._work
-        if work[0] <= 0 and not (self._planned and self._plan and self._plan[0] == token):
-            return False  # the row's work for this step is spent: its planned ending's next token alone
+        if work[0] <= 0 and (self.can_yield or not (self._planned and self._plan and self._plan[0] == token)):
+            return False  # the row's work for this step is spent: it yields, or takes its planned ending's next token
         work[0] -= cost(state)
         trial = state.copy()
         try:
@@ -422,12 +479,17 @@ class SmilesRow(RowConstraint):
                     return False
                 plan = self._plan_tokens(trial, remaining - 1, quick=not near, text=self.smiles + vocab.text[token],
                                          work=work)
+                if plan is PAUSED:
+                    return False  # not decided within this step's work: the row yields, the search goes on
             if plan is None or len(plan) > remaining - 1:
-                self._refusals += 1
+                self._refusals += plan is not None or work[0] > 0  # (not when the search was cut short)
                 return False
             if not _RISKY.isdisjoint(vocab.text[token]) or (not near and (trial.pending not in ("", "C", "B") or
                                                                           self._refusals >= WANDERING)):
                 ending = "".join(vocab.text[t] for t in plan[:-1])
+                if self.can_yield and work[0] < 4 + 2 * cost(trial):
+                    work[0] = 0  # not within this step's work: the row yields and checks it in the next
+                    return False
                 work[0] -= 4 + 2 * cost(trial)  # RDKit's parse and sanitization of the planned molecule
                 if not _sanitizes(self.smiles + vocab.text[token] + ending):
                     return False
@@ -438,7 +500,7 @@ class SmilesRow(RowConstraint):
 
     def advance(self, token: int) -> None:
         vocab = self.vocab
-        trial, self._trial, self._work = self._trial, None, [WORK_PER_STEP]
+        trial, self._trial, self._work, self._searches = self._trial, None, [WORK_PER_STEP], {}
         plan = self._plan if self._planned else None
         self._plan, self._planned, self._searched = None, False, False
         if token == vocab.open_id and self.state is None:

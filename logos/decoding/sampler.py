@@ -15,8 +15,12 @@ step; left padding, explicit position ids), then
    row follows its planned ending; without one, the ``MAX_SCAN`` likeliest allowed tokens are
    checked and the row draws among those accepted, and only when none is it fails (resampled by
    the caller). A row constraint also bounds its own work per step (state updates, planner moves,
-   RDKit checks: :data:`~logos.decoding.rows.WORK_PER_STEP`), after which it accepts only its planned
-   ending's next token - so the work per row and step is bounded. Two rules end a span early by its planned
+   RDKit checks: :data:`~logos.decoding.rows.WORK_PER_STEP`, well under a millisecond). A row whose
+   work is spent before a token is decided *yields* the step: it writes a padding token that the
+   attention mask hides and that takes no position, keeps its distribution (the logits of its last
+   real step) and draws again in the next step, where its constraint goes on with the search it was
+   in (at most ``MAX_YIELDS`` steps a row). So a step costs a bounded amount whatever the model
+   writes, and a row is never cut short for want of work. Two rules end a span early by its planned
    ending (:meth:`~logos.decoding.rows.RowConstraint.ending`, the shortest the row's constraint
    finds): a refused draw of the span's closing tag (the model would end where the span cannot),
    and ``WANDERING`` refused draws in one span (the row has left what the model knows). Without
@@ -58,6 +62,7 @@ NOT_WHOLE = "not-whole"  # a finished row the model would not end the document a
 WANDERING = 8     # draws refused in one span after which the row follows its planned ending (below)
 MAX_REDRAWS = 16  # per row and step; then the planned ending, and without one the likeliest candidates ...
 MAX_SCAN = 64     # ... up to this many (grammar-allowed, before top-k/top-p) are checked
+MAX_YIELDS = 32   # steps a row may yield in all (its constraint's work for the step spent; see below)
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,7 @@ class StepStats:
     worst_step_row_seconds: float = 0.0
     settle_seconds: float = 0.0  # the row constraints' checks once rows have ended (in check_seconds, in no step)
     end_draws: int = 0  # end-of-document draws of finished rows (``then_id``)
+    yields: int = 0  # steps in which a row wrote nothing: its constraint's work was spent (the row drew again next)
     closed_by_plan: int = 0  # spans sent to their planned ending (a refused draw of their end, or WANDERING)
 
     def add(self, other: "StepStats") -> None:
@@ -101,6 +107,7 @@ class StepStats:
         self.settle_seconds += other.settle_seconds
         self.row_steps += other.row_steps
         self.end_draws += other.end_draws
+        self.yields += other.yields
         self.closed_by_plan += other.closed_by_plan
         self.worst_step_row_seconds = max(self.worst_step_row_seconds, other.worst_step_row_seconds)
 
@@ -163,13 +170,28 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
     pending: list[int] = []  # rows that have just closed and wait for the end-of-document draw
     ending_now = [False] * B  # rows following their planned ending (see WANDERING)
     refused = [0] * B         # draws refused in each row's open span
-    for step in range(sampling.max_new_tokens + 1):
-        if grammar is not None and step < sampling.max_new_tokens:  # the masks, while the model runs
-            grammar.prefetch([r.status == "running" for r in results])
+    yields = [0] * B          # steps each row has yielded
+    yielded: list[int] = []   # rows that wrote nothing in the step before: their distribution stands
+    for row in rows:
+        if row is not None:
+            row.can_yield = True
+    last_raw = None
+    for step in range(sampling.max_new_tokens + MAX_YIELDS + 1):
+        for r in results:
+            if r.status == "running" and len(r.tokens) >= sampling.max_new_tokens:
+                r.status = "budget"
+        running = [r.status == "running" for r in results]
+        if not any(running) and not pending:
+            break
+        if grammar is not None and any(running):  # the masks, while the model runs
+            grammar.prefetch(running)
         out = model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True,
                     **{cache_arg: cache})
         cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
         raw = out.logits[:, -1, : banned.shape[0]].float()                                      # [B, V]
+        if yielded:  # the forward pass of a yielded step's padding says nothing: the row's last distribution
+            raw[yielded] = last_raw[yielded]
+        last_raw = raw
         if pending:
             ends = torch.softmax(raw[pending] / max(sampling.temperature, 1e-6), dim=-1)[:, then_id]
             draws = torch.rand(len(pending), generator=generator)
@@ -178,39 +200,39 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
                     results[i].status = NOT_WHOLE
             stats.end_draws += len(pending)
             pending = []
-        if step == sampling.max_new_tokens or all(r.status != "running" for r in results):
+        if not any(running) or step == sampling.max_new_tokens + MAX_YIELDS:
             break
-        active = [r.status == "running" for r in results]
+        active = running
         logits = (raw / max(sampling.temperature, 1e-6)).masked_fill(banned, float("-inf"))
         stats.steps += 1
         if grammar is not None:
             t = time.perf_counter()
             logits = logits.masked_fill(~grammar.mask(active), float("-inf"))
             stats.mask_seconds += time.perf_counter() - t
-        remaining = sampling.max_new_tokens - step
+        left = [sampling.max_new_tokens - len(r.tokens) for r in results]  # each row's budget left
         t_step = time.perf_counter()
         forced: dict[int, int] = {}
         for i, row in enumerate(rows):  # rows that must follow their planned ending now
-            if row is not None and active[i] and (ending_now[i] or row.must_close(remaining)):
-                plan = row.ending(remaining)
-                if plan and torch.isfinite(logits[i, plan[0]]) and row.check(plan[0], remaining):
+            if row is not None and active[i] and (ending_now[i] or row.must_close(left[i])):
+                plan = row.ending(left[i])
+                if plan and torch.isfinite(logits[i, plan[0]]) and row.check(plan[0], left[i]):
                     forced[i] = plan[0]
         spent = time.perf_counter() - t_step
-        closing = step >= sampling.max_new_tokens - sampling.closing_slack
-        if closing:  # close wherever the grammar and the row constraint allow it now
-            for i, r in enumerate(results):
-                if not active[i] or i in forced or not torch.isfinite(logits[i, stop_id]):
-                    continue
-                t = time.perf_counter()
-                ok = rows[i] is None or rows[i].check(stop_id, remaining)
-                spent += time.perf_counter() - t
-                if ok:
-                    forced[i] = stop_id
+        for i, r in enumerate(results):  # near the budget: close wherever the grammar and the row constraint allow
+            if not active[i] or i in forced or left[i] > sampling.closing_slack or \
+                    not torch.isfinite(logits[i, stop_id]):
+                continue
+            t = time.perf_counter()
+            ok = rows[i] is None or rows[i].check(stop_id, left[i])
+            spent += time.perf_counter() - t
+            if ok:
+                forced[i] = stop_id
         allowed = logits  # grammar-masked, before top-k/top-p: where a row looks when its draws are refused
         logits = _filter(logits, sampling.top_k, sampling.top_p)
         chosen = _draw(logits, generator)
         logp = torch.log_softmax(raw, dim=-1)
         n_active = 0
+        yielded = []
         for i, r in enumerate(results):
             if not active[i]:
                 chosen[i] = stop_id
@@ -218,6 +240,7 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
             n_active += 1
             token = forced.get(i, int(chosen[i]))
             row = rows[i]
+            remaining = left[i]
             if row is not None and i not in forced:
                 t = time.perf_counter()
                 planned = None
@@ -239,8 +262,18 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
                 if token is None:
                     plan = row.ending(remaining)
                     ok = plan and torch.isfinite(allowed[i, plan[0]]) and row.check(plan[0], remaining)
-                    token = plan[0] if ok else _scanned(allowed[i], row, remaining, generator)
+                    if ok:
+                        token = plan[0]
+                    elif not row.spent():  # (a spent row yields: the scan's checks would all be refused)
+                        token = _scanned(allowed[i], row, remaining, generator)
                 spent += time.perf_counter() - t
+            if token is None and row is not None and row.spent() and yields[i] < MAX_YIELDS:
+                yields[i] += 1  # the row's work for the step is spent before a token was decided: it writes nothing
+                stats.yields += 1  # and draws again in the next step, where its ending search goes on
+                row.renew()
+                yielded.append(i)
+                chosen[i] = pad_id
+                continue
             if token is None:
                 r.status = (row.failure if row is not None and row.failure else "dead-end")
                 chosen[i] = stop_id
@@ -261,14 +294,16 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
                 if then_id is not None:
                     pending.append(i)
         stats.check_seconds += spent
-        stats.row_steps += n_active
+        stats.row_steps += n_active - len(yielded)  # (a yielded step is no row-step: the mean is per token written)
         if n_active:
             stats.worst_step_row_seconds = max(stats.worst_step_row_seconds, spent / n_active)
         if all(r.status != "running" for r in results) and not pending:
             break
         ids = chosen.to(device)[:, None]
-        attention = torch.cat([attention, torch.ones(B, 1, dtype=attention.dtype, device=device)], dim=1)
-        positions = positions[:, -1:] + 1
+        real = torch.ones(B, 1, dtype=attention.dtype, device=device)
+        real[yielded] = 0  # a yielded row's padding is masked out; its next token takes the next position
+        attention = torch.cat([attention, real], dim=1)
+        positions = positions[:, -1:] + real
     for r in results:
         if r.status == "running":
             r.status = "budget"
@@ -301,6 +336,8 @@ def _accepted(token: int, logits: torch.Tensor, row: RowConstraint, remaining: i
     """
     if row.check(token, remaining):
         return token
+    if row.spent():
+        return None  # its work for the step is spent: every redraw would be refused (the engine yields the row)
     probs = torch.softmax(logits.double(), -1).numpy().copy()  # once; each redraw zeroes the refused token
     possible = row.possible()  # the tokens the row does not surely refuse: the others are dropped at once
     if possible is not None:
@@ -319,6 +356,8 @@ def _accepted(token: int, logits: torch.Tensor, row: RowConstraint, remaining: i
             token -= 1
         if row.check(token, remaining):
             return token
+        if row.spent():
+            return None
     return None
 
 
