@@ -329,16 +329,19 @@ def test_a_yielded_step_leaves_the_row_as_if_it_had_not_happened():
 
     class Yields(RowConstraint):  # allows every token, but its work is spent at the given token counts, once each
         def __init__(self, at):
-            self.at, self.written = set(at), 0
+            self.at, self.written, self.refused = set(at), 0, False
 
         def check(self, token, remaining):
-            return self.written not in self.at
+            self.refused = self.written in self.at
+            return not self.refused
 
         def spent(self):
-            return self.written in self.at
+            return self.refused
 
         def renew(self):
-            self.at.discard(self.written)
+            if self.refused:
+                self.at.discard(self.written)
+            self.refused = False
 
         def advance(self, token):
             self.written += 1

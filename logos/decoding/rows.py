@@ -63,7 +63,8 @@ __all__ = ["RowConstraint", "SmilesRow", "CompositionRow", "CopyRow", "SmilesVoc
 
 WINDOW = 8       # within this many tokens of what an ending needs at least, every token must keep a planned ending
 MARGIN = 2       # follow the planned ending when the budget left is its length plus this
-WORK_PER_STEP = 32   # work units (ending.cost: ~5-15 us each) one row may spend per step
+WORK_PER_STEP = 32   # work units (ending.cost: ~5-15 us each) a row may spend per step, then it yields the step
+WORK_NO_YIELD = 512  # the same in an engine that cannot let a row yield (vLLM): then only its planned ending
 ENDING_WORK = 400    # the most work one ending search takes (in one step, or over the steps a row yields)
 WANDERING = 6    # refusals after which RDKit also checks each planned molecule
 _RISKY = frozenset("[%<>~$*/\\.:")  # characters after which the state machine alone may not see a dead end
@@ -284,7 +285,7 @@ class SmilesRow(RowConstraint):
     The work of one row in one step is bounded (``WORK_PER_STEP`` units of :func:`~logos.decoding.ending.cost`, which
     grows with the molecule: state updates, planner moves, RDKit checks): once it is spent the row refuses every token
     and its engine lets it yield the step (``can_yield``; its searches go on in the next step), or, in an engine that
-    cannot, accepts only its planned ending's next token, which the engine then follows. Either way a step costs a
+    cannot, after ``WORK_NO_YIELD`` units it accepts only its planned ending's next token, which the engine follows. Either way a step costs a
     bounded amount whatever the model writes.
     """
 
@@ -299,7 +300,7 @@ class SmilesRow(RowConstraint):
         self._trial: tuple | None = None
         self._plan: tuple[int, ...] | None = None   # token ids of the planned ending for the current state
         self._planned = self._searched = False  # a planned ending known; searched for one this step
-        self._work, self._refusals = [WORK_PER_STEP], 0
+        self._work, self._refusals = [WORK_NO_YIELD], 0  # (an engine that lets it yield renews it)
         self._searches: dict = {}  # ending searches of this state and its candidates paused for want of work
         self.closed: list[str] = []  # the spans this row closed, for RDKit once it has ended (settle)
 
@@ -307,7 +308,7 @@ class SmilesRow(RowConstraint):
         new = SmilesRow.__new__(SmilesRow)
         new.vocab, new.smiles, new.failure = self.vocab, self.smiles, self.failure
         new.state = self.state.copy() if self.state is not None else None
-        new._trial, new._plan, new._planned, new._work = None, self._plan, self._planned, [WORK_PER_STEP]
+        new._trial, new._plan, new._planned, new._work = None, self._plan, self._planned, [self._step_work()]
         new._searched = self._searched
         new._refusals, new.closed, new.can_yield, new._searches = self._refusals, list(self.closed), self.can_yield, {}
         return new
@@ -396,12 +397,11 @@ class SmilesRow(RowConstraint):
     def ending(self, remaining: int) -> tuple[int, ...] | None:
         if self.state is None:
             return None
-        if not self._planned and not self._searched and self.can_yield:  # the search goes on where it stopped
-            self._searched = True
+        if not self._planned and self.can_yield and self._work[0] > 0:  # the search goes on where it stopped
             plan = self._plan_tokens(self.state, remaining, text=self.smiles, work=self._work)
             if plan is not PAUSED:
                 self._plan, self._planned = plan, True
-        elif not self._planned and not self._searched:  # one search per step, of at least ENDING_WORK
+        elif not self._planned and not self._searched and not self.can_yield:  # one search a step, ENDING_WORK
             work = [max(self._work[0], ENDING_WORK)]
             self._plan = self._plan_tokens(self.state, remaining, text=self.smiles, work=work)
             self._planned, self._searched = self._plan is not None or work[0] > 0, True
@@ -411,8 +411,11 @@ class SmilesRow(RowConstraint):
     def spent(self) -> bool:
         return self._work[0] <= 0
 
+    def _step_work(self) -> int:
+        return WORK_PER_STEP if self.can_yield else WORK_NO_YIELD
+
     def renew(self) -> None:
-        self._work[0] = WORK_PER_STEP  # in place: a paused search holds this list
+        self._work[0] = self._step_work()  # in place: a paused search holds this list
         self._searched, self._trial = False, None
 
     def closes(self, token: int) -> bool:
@@ -500,7 +503,7 @@ class SmilesRow(RowConstraint):
 
     def advance(self, token: int) -> None:
         vocab = self.vocab
-        trial, self._trial, self._work, self._searches = self._trial, None, [WORK_PER_STEP], {}
+        trial, self._trial, self._work, self._searches = self._trial, None, [self._step_work()], {}
         plan = self._plan if self._planned else None
         self._plan, self._planned, self._searched = None, False, False
         if token == vocab.open_id and self.state is None:

@@ -175,6 +175,7 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
     for row in rows:
         if row is not None:
             row.can_yield = True
+            row.renew()  # the work of a step a row may yield
     last_raw = None
     for step in range(sampling.max_new_tokens + MAX_YIELDS + 1):
         for r in results:
