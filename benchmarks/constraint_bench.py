@@ -33,7 +33,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 MARK = "constraints"
-GUIDE = ('Models: `tiny` the shipped model (checkpoints/logos-tiny, or `--tiny DIR`); `random` a randomly initialised tiny Llama (hidden 64, 2 layers) with the LOGOS tokenizer, whatever it writes must still end; `100m` a randomly initialised ~100M Llama (hidden 768, 12 layers). `before` is the tree of the git ref given, `after` the working tree. Row constraint: chemistry (molecules), copied sequence (binding-site search), composition and closing check (crystals), timed around every call the sampler makes; the grammar mask is timed separately. Worst step: the largest per-row mean of one step. Resampled per row asked: rows that did not end validly and were drawn again (at most 4 times each).')
+GUIDE = ('Models: `tiny` the shipped model (checkpoints/logos-tiny, or `--tiny DIR`); `random` a randomly initialised tiny Llama (hidden 64, 2 layers) with the LOGOS tokenizer, whatever it writes must still end; `100m` a randomly initialised ~100M Llama (hidden 768, 12 layers). `before` is the tree of the git ref given, `after` the working tree. Row constraint: chemistry (molecules), copied sequence (binding-site search), composition and closing check (crystals), timed around every call the sampler makes; the grammar mask is timed separately. Worst step: the largest per-row mean of one step. Steps yielded: steps in which a row wrote nothing because its constraint had spent its work for the step (it drew again in the next; not counted as row-steps). Resampled per row asked: rows that did not end validly and were drawn again (at most 4 times each).')
 
 # model -> [(task, samples, budget, inputs)]: the shipped model writes molecules; random models test endings
 PLANS = {
@@ -230,7 +230,7 @@ def measure(spec: dict) -> dict:
     res = {"samples_s": len(result.samples) / seconds, "seconds": seconds, "samples": len(result.samples),
            "done": sum(s.status == "done" for s in result.samples), "written": result.written,
            "resampled": result.resampled, "redraws": result.redraws, "tokens": result.tokens,
-           "steps": stats.steps, "row_steps": row_steps,
+           "steps": stats.steps, "row_steps": row_steps, "yields": getattr(stats, "yields", 0),
            "mask_us_step": 1e6 * stats.mask_seconds / max(stats.steps, 1),
            "constraint_us_row_step": 1e6 * (stats.check_seconds if own else constraint) / max(row_steps, 1),
            "worst_step_us_row": 1e6 * (stats.worst_step_row_seconds if own else
@@ -290,6 +290,8 @@ def _row(tree: str, model: str, task: str, c: dict, u: dict) -> str:
     ratio = f" ({c['samples_s'] / u['samples_s']:.2f}x)" if "samples_s" in u else ""
     ended = f"{c['done']}/{c['samples']}"
     extra = []
+    if c.get("yields"):
+        extra.append(f"{c['yields']:,} steps yielded")
     if "rdkit_valid" in c:
         extra.append(f"RDKit-valid {c['rdkit_valid']}/{c['written']}")
     if "copied" in c:
