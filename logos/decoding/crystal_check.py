@@ -1,9 +1,8 @@
-"""The check every closed crystal passes before it is written: its CIF is one every reader accepts.
+"""The check a crystal row passes before it may close: the CIF it will be written as is one every reader accepts.
 
 A text the grammar and the composition allow can still decode to a cell no tool agrees with (two
-atoms on top of each other, a lattice that lets sites coincide so spglib sees another group). Once a
-crystal row has closed (:meth:`logos.decoding.rows.CompositionRow.settle`, and the vLLM engine's check
-of each finished row) the decoder therefore builds the CIF the writer would write and requires that
+atoms on top of each other, a lattice that lets sites coincide so spglib sees another group). At the
+closing tag the decoder therefore builds the CIF the writer would write and requires that
 
 - pymatgen and gemmi both read it;
 - no two atoms of the cell are closer than ``MIN_DISTANCE`` (0.5 Angstrom);
@@ -13,7 +12,8 @@ of each finished row) the decoder therefore builds the CIF the writer would writ
   more symmetry than it declares (a supergroup, e.g. a coordinate of 0.4999 where the group's
   special position is 1/2) is refused: the encoder always writes the group spglib finds.
 
-A crystal that fails is resampled, as a molecule span RDKit refuses is.
+A refused closing makes the row continue (when the grammar and composition allow) or be resampled,
+as a molecule span RDKit refuses is.
 """
 
 from __future__ import annotations

@@ -529,9 +529,8 @@ class SmilesRow(RowConstraint):
 
 class CompositionRow(RowConstraint):
     """A crystal row against its composition header (:mod:`logos.decoding.composition`), and the crystal it closes:
-    the closing tag is accepted only when the sites add up to the composition, and once the row has ended the decoded
-    crystal must be one every reader accepts (:func:`logos.decoding.crystal_check.crystal_problem`, in
-    :meth:`settle`: tens of milliseconds that no step waits for). The header is the prompt's (crystal
+    the closing tag is accepted only when the sites add up to the composition and the decoded crystal is one every
+    reader accepts (:func:`logos.decoding.crystal_check.crystal_problem`). The header is the prompt's (crystal
     structure prediction) or, unconditionally, the model's own: written canonically (elements in alphabetical order,
     whole counts, charge-balanced by SMACT's rules as CDVAE scores it, as valences are kept for molecules) and
     ended by the space-group tag only when its sites fit in the budget left. With a composition,
@@ -548,7 +547,7 @@ class CompositionRow(RowConstraint):
         self.target = CompositionRows._target(prompt_text)
         self.header = self.target is None and prompt_text.endswith("<CrystalS>")  # the model writes the header
         self.head = ""
-        self.closed: str | None = None  # the text through the closing tag, once written
+        self.closings_refused = 0
 
     def fork(self) -> "CompositionRow":
         new = CompositionRow.__new__(CompositionRow)
@@ -585,19 +584,15 @@ class CompositionRow(RowConstraint):
         final = token == self.close_id
         if self.target is not None and not feasible(self.target, text, final):
             return False
-        return True  # a closed crystal is read by every reader once the row has ended (settle)
+        if final:
+            from logos.decoding.crystal_check import crystal_problem
 
-    def settle(self) -> str | None:
-        """Whether the closed crystal's CIF is one every reader accepts
-        (:func:`logos.decoding.crystal_check.crystal_problem`): ``"crystal: why"`` if not."""
-        if self.closed is None:
-            return None
-        from logos.decoding.crystal_check import crystal_problem
-
-        problem = crystal_problem(self.closed)
-        if problem is not None:
-            self.failure = f"crystal: {problem}"
-        return self.failure
+            problem = crystal_problem(self.text + "<CrystalE>")
+            if problem is not None:
+                self.closings_refused += 1
+                self.failure = f"crystal: {problem}"
+                return False
+        return True
 
     def advance(self, token: int) -> None:
         piece = self.table.text[token]
@@ -607,8 +602,6 @@ class CompositionRow(RowConstraint):
             else:
                 self.head += piece
         self.text += piece
-        if token == self.close_id:
-            self.closed = self.text
 
 
 _HEAD_PAIR = re.compile(r"([A-Z][a-z]?)([0-9]*)")
