@@ -206,11 +206,14 @@ def measure(spec: dict) -> dict:
     out = work / f"{spec['tree_name']}_{spec['model']}_{spec['task']}_{int(spec['constrained'])}{suffix}"
     import dataclasses
     extra = {}
+    row_work = {}
+    if spec.get("row_work") and "row_work" in {f.name for f in dataclasses.fields(Sampling)}:
+        row_work["row_work"] = spec["row_work"]
     if spec.get("whole_draws") is not None and "whole_draws" in {f.name for f in dataclasses.fields(GenerateOptions)}:
         extra["whole_draws"] = spec["whole_draws"]  # (a tree without the option keeps its own behaviour)
     options = GenerateOptions(task=spec["task"], n=spec["n"], batch_size=16, seed=spec["seed"],
                               constrained=spec["constrained"], resamples=spec["resamples"],
-                              sampling=Sampling(max_new_tokens=spec["budget"]), **extra)
+                              sampling=Sampling(max_new_tokens=spec["budget"], **row_work), **extra)
     warm = GenerateOptions(task=spec["task"], n=1, batch_size=1, seed=spec["seed"] + 1, resamples=0,
                            constrained=spec["constrained"], sampling=Sampling(max_new_tokens=4))
     generate(Path(spec["checkpoint"]), work / f"warm{suffix}", warm, inputs=_inputs(spec["inputs"], work),
@@ -320,6 +323,8 @@ def main() -> None:
     ap.add_argument("--resamples", type=int, default=4)
     ap.add_argument("--whole-draws", type=int, help="molecule redraws when the model would not end the record "
                                                     "(default: the tree's; 0 keeps the first finished molecule)")
+    ap.add_argument("--row-work", type=int, default=0, help="constraint work units per row and step before a row "
+                    "yields (0: the sampler's default)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per measurement")
     ap.add_argument("--write", action="store_true", help="rewrite the marked section of BENCHMARKS.md")
     args = ap.parse_args()
@@ -349,7 +354,7 @@ def main() -> None:
                     spec = {"task": task, "n": n or per_model, "budget": budget, "inputs": inputs, "model": model,
                             "checkpoint": checkpoint, "constrained": constrained, "seed": args.seed,
                             "resamples": args.resamples, "work": str(work), "tree_name": tree_name.split()[0],
-                            "whole_draws": args.whole_draws}
+                            "whole_draws": args.whole_draws, "row_work": args.row_work}
                     if task != "molecule" and not constrained:
                         got[False] = {"error": "not measured"}
                         continue

@@ -338,7 +338,7 @@ def test_a_yielded_step_leaves_the_row_as_if_it_had_not_happened():
         def spent(self):
             return self.refused
 
-        def renew(self):
+        def renew(self, work=None):
             if self.refused:
                 self.at.discard(self.written)
             self.refused = False

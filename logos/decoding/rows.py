@@ -31,7 +31,7 @@ and a vLLM logits processor (one object per request):
     validly (None while it can: the engine resamples the row); the length budget the row needs.
 ``spent()``, ``renew()``, ``can_yield``
     Whether the row's work for this step is spent (a refusal since may be for want of work, not validity); a
-    fresh step's work for a row that writes nothing this step. An engine that can let a row *yield* its step
+    fresh step's work for a row that writes nothing this step (``work`` units a step from now on, if given). An engine that can let a row *yield* its step
     (write nothing, keep its distribution for the next step: the built-in loop) sets ``can_yield``: the row then
     refuses every token once its work is spent, and its ending search goes on in the next step where it stopped,
     so a step's work is bounded without cutting a row short. Without it (vLLM, which writes a token for every
@@ -107,7 +107,7 @@ class RowConstraint:
     def spent(self) -> bool:
         return False
 
-    def renew(self) -> None:
+    def renew(self, work: int | None = None) -> None:
         pass
 
     def fork(self) -> "RowConstraint":
@@ -301,6 +301,7 @@ class SmilesRow(RowConstraint):
         self._plan: tuple[int, ...] | None = None   # token ids of the planned ending for the current state
         self._planned = self._searched = False  # a planned ending known; searched for one this step
         self._work, self._refusals = [WORK_NO_YIELD], 0  # (an engine that lets it yield renews it)
+        self._yield_work = WORK_PER_STEP
         self._searches: dict = {}  # ending searches of this state and its candidates paused for want of work
         self.closed: list[str] = []  # the spans this row closed, for RDKit once it has ended (settle)
 
@@ -311,6 +312,7 @@ class SmilesRow(RowConstraint):
         new._trial, new._plan, new._planned, new._work = None, self._plan, self._planned, [self._step_work()]
         new._searched = self._searched
         new._refusals, new.closed, new.can_yield, new._searches = self._refusals, list(self.closed), self.can_yield, {}
+        new._yield_work = self._yield_work
         return new
 
     # ---------------------------------------------------------------- planning
@@ -412,9 +414,11 @@ class SmilesRow(RowConstraint):
         return self._work[0] <= 0
 
     def _step_work(self) -> int:
-        return WORK_PER_STEP if self.can_yield else WORK_NO_YIELD
+        return self._yield_work if self.can_yield else WORK_NO_YIELD
 
-    def renew(self) -> None:
+    def renew(self, work: int | None = None) -> None:
+        if work is not None:
+            self._yield_work = work
         self._work[0] = self._step_work()  # in place: a paused search holds this list
         self._searched, self._trial = False, None
 

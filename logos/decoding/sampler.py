@@ -68,13 +68,15 @@ MAX_YIELDS = 32   # steps a row may yield in all (its constraint's work for the 
 @dataclass(frozen=True)
 class Sampling:
     """How to draw: temperature, top-k / top-p, the length budget (0: the task's, or what its row constraints say
-    their prompts need) and how many tokens before it to start closing."""
+    their prompts need), how many tokens before it to start closing, and the constraint work a row may do in a step
+    before it yields the step (larger for a large model, whose forward pass a yielded step repeats)."""
 
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
     max_new_tokens: int = 0
     closing_slack: int = 8
+    row_work: int = 0  # constraint work units per row and step before a row yields (0: rows.WORK_PER_STEP)
 
 
 @dataclass
@@ -175,7 +177,7 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
     for row in rows:
         if row is not None:
             row.can_yield = True
-            row.renew()  # the work of a step a row may yield
+            row.renew(sampling.row_work or None)  # the work of a step a row may yield
     last_raw = None
     for step in range(sampling.max_new_tokens + MAX_YIELDS + 1):
         for r in results:
@@ -271,7 +273,7 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
             if token is None and row is not None and row.spent() and yields[i] < MAX_YIELDS:
                 yields[i] += 1  # the row's work for the step is spent before a token was decided: it writes nothing
                 stats.yields += 1  # and draws again in the next step, where its ending search goes on
-                row.renew()
+                row.renew(sampling.row_work or None)
                 yielded.append(i)
                 chosen[i] = pad_id
                 continue
