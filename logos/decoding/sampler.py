@@ -62,7 +62,7 @@ NOT_WHOLE = "not-whole"  # a finished row the model would not end the document a
 WANDERING = 8     # draws refused in one span after which the row follows its planned ending (below)
 MAX_REDRAWS = 16  # per row and step; then the planned ending, and without one the likeliest candidates ...
 MAX_SCAN = 64     # ... up to this many (grammar-allowed, before top-k/top-p) are checked
-MAX_YIELDS = 32   # steps a row may yield in all (its constraint's work for the step spent; see below)
+MAX_YIELDS = 128  # steps a row may yield in all (its constraint's work for the step spent; see below)
 
 
 @dataclass(frozen=True)
@@ -260,8 +260,9 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
                     token = _accepted(token, logits[i], row, remaining, generator, r)
                     stats.closed_by_plan += refused[i] < WANDERING <= refused[i] + r.redraws - before
                     refused[i] += r.redraws - before
-                    if token is None or refused[i] >= WANDERING:  # the row has left what the model knows:
-                        ending_now[i] = token is None or not row.closes(token)  # its planned ending (now or next)
+                    if (token is None and not row.spent()) or refused[i] >= WANDERING:  # the row has left what the
+                        ending_now[i] = token is None or not row.closes(token)  # model knows: its planned ending
+                        # (now or next; a row whose work ran out draws again next step, if it yields)
                 if token is None:
                     plan = row.ending(remaining)
                     ok = plan and torch.isfinite(allowed[i, plan[0]]) and row.check(plan[0], remaining)
