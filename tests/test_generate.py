@@ -352,7 +352,7 @@ def test_a_yielded_step_leaves_the_row_as_if_it_had_not_happened():
     prompts = [[tok.bos_token_id, start], [tok.bos_token_id, start] + tok("CC", add_special_tokens=False)["input_ids"],
                [tok.bos_token_id, start] + tok("c1ccccc1", add_special_tokens=False)["input_ids"]]
     banned = torch.zeros(model.config.vocab_size, dtype=torch.bool)
-    sampling = Sampling(temperature=1e-6, max_new_tokens=20)
+    sampling = Sampling(temperature=1e-6, max_new_tokens=20, row_work=32)
     plain = sample_batch(model, prompts, tok.pad_token_id, stop, banned, sampling, torch.Generator().manual_seed(0))
     stats = StepStats()
     rows = [Yields({0, 3, 4}), None, Yields({1, 2})]

@@ -472,8 +472,9 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=0, help="length budget (0: the task's default); near it "
                                                                   "only closing moves are allowed")
     p.add_argument("--row-work", type=int, default=0, metavar="UNITS",
-                   help="constraint work per row and step before a row yields the step (0: 32, about 0.3 ms); "
-                        "raise it for a large model on CPU, whose forward pass a yielded step repeats")
+                   help="a hard bound on each row's constraint work per step (32: about 0.3 ms): a row that has "
+                        "spent it writes nothing that step and draws again in the next (costs extra steps); "
+                        "0: no such bound beyond the default one, after which a row follows its planned ending")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resamples", type=int, default=8, help="retries of a sample that fails a check only the "
                                                              "finished sample allows (kekulization) or its budget")

@@ -63,8 +63,8 @@ __all__ = ["RowConstraint", "SmilesRow", "CompositionRow", "CopyRow", "SmilesVoc
 
 WINDOW = 8       # within this many tokens of what an ending needs at least, every token must keep a planned ending
 MARGIN = 2       # follow the planned ending when the budget left is its length plus this
-WORK_PER_STEP = 32   # work units (ending.cost: ~5-15 us each) a row may spend per step, then it yields the step
-WORK_NO_YIELD = 512  # the same in an engine that cannot let a row yield (vLLM): then only its planned ending
+WORK_PER_STEP = 32   # work units (ending.cost: ~5-15 us each) per step of a row that yields, unless its engine says
+WORK_NO_YIELD = 512  # the same for a row that does not yield: then it accepts only its planned ending's next token
 ENDING_WORK = 400    # the most work one ending search takes (in one step, or over the steps a row yields)
 WANDERING = 6    # refusals after which RDKit also checks each planned molecule
 _RISKY = frozenset("[%<>~$*/\\.:")  # characters after which the state machine alone may not see a dead end
@@ -282,10 +282,11 @@ class SmilesRow(RowConstraint):
     (:func:`~logos.decoding.ending.plan_ending`) still fits in the budget after it. The current state's plan is
     tried first (:meth:`_reuse`: most tokens leave it valid).
 
-    The work of one row in one step is bounded (``WORK_PER_STEP`` units of :func:`~logos.decoding.ending.cost`, which
-    grows with the molecule: state updates, planner moves, RDKit checks): once it is spent the row refuses every token
-    and its engine lets it yield the step (``can_yield``; its searches go on in the next step), or, in an engine that
-    cannot, after ``WORK_NO_YIELD`` units it accepts only its planned ending's next token, which the engine follows. Either way a step costs a
+    The work of one row in one step is bounded (``WORK_NO_YIELD`` units of :func:`~logos.decoding.ending.cost`, which
+    grows with the molecule: state updates, planner moves, RDKit checks): once it is spent the row accepts only its
+    planned ending's next token, which the engine follows. An engine that lets rows yield (``can_yield``) sets a
+    smaller, hard bound (``renew(work)``, ``WORK_PER_STEP`` by default): once it is spent the row refuses every
+    token, yields the step, and its searches go on in the next. Either way a step costs a
     bounded amount whatever the model writes.
     """
 

@@ -15,12 +15,13 @@ step; left padding, explicit position ids), then
    row follows its planned ending; without one, the ``MAX_SCAN`` likeliest allowed tokens are
    checked and the row draws among those accepted, and only when none is it fails (resampled by
    the caller). A row constraint also bounds its own work per step (state updates, planner moves,
-   RDKit checks: :data:`~logos.decoding.rows.WORK_PER_STEP`, well under a millisecond). A row whose
-   work is spent before a token is decided *yields* the step: it writes a padding token that the
+   RDKit checks: :data:`~logos.decoding.rows.WORK_NO_YIELD`), after which it accepts only its planned
+   ending's next token. With ``Sampling.row_work`` set, the bound is that many units and hard: a row
+   whose work is spent before a token is decided *yields* the step - it writes a padding token that the
    attention mask hides and that takes no position, keeps its distribution (the logits of its last
    real step) and draws again in the next step, where its constraint goes on with the search it was
-   in (at most ``MAX_YIELDS`` steps a row). So a step costs a bounded amount whatever the model
-   writes, and a row is never cut short for want of work. Two rules end a span early by its planned
+   in (at most ``MAX_YIELDS`` steps a row). A step then costs a bounded amount whatever the model
+   writes, paid for in extra steps (forward passes). Two rules end a span early by its planned
    ending (:meth:`~logos.decoding.rows.RowConstraint.ending`, the shortest the row's constraint
    finds): a refused draw of the span's closing tag (the model would end where the span cannot),
    and ``WANDERING`` refused draws in one span (the row has left what the model knows). Without
@@ -68,15 +69,15 @@ MAX_YIELDS = 128  # steps a row may yield in all (its constraint's work for the 
 @dataclass(frozen=True)
 class Sampling:
     """How to draw: temperature, top-k / top-p, the length budget (0: the task's, or what its row constraints say
-    their prompts need), how many tokens before it to start closing, and the constraint work a row may do in a step
-    before it yields the step (larger for a large model, whose forward pass a yielded step repeats)."""
+    their prompts need), how many tokens before it to start closing, and, if set, the constraint work a row may do
+    in a step before it yields the step (a hard bound on a step's constraint time, paid in extra steps)."""
 
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
     max_new_tokens: int = 0
     closing_slack: int = 8
-    row_work: int = 0  # constraint work units per row and step before a row yields (0: rows.WORK_PER_STEP)
+    row_work: int = 0  # constraint work units per row and step, after which a row yields the step (0: no yielding)
 
 
 @dataclass
@@ -175,9 +176,9 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
     yields = [0] * B          # steps each row has yielded
     yielded: list[int] = []   # rows that wrote nothing in the step before: their distribution stands
     for row in rows:
-        if row is not None:
+        if row is not None and sampling.row_work:
             row.can_yield = True
-            row.renew(sampling.row_work or None)  # the work of a step a row may yield
+            row.renew(sampling.row_work)  # the work of a step a row may yield
     last_raw = None
     for step in range(sampling.max_new_tokens + MAX_YIELDS + 1):
         for r in results:
@@ -260,7 +261,7 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
                     token = _accepted(token, logits[i], row, remaining, generator, r)
                     stats.closed_by_plan += refused[i] < WANDERING <= refused[i] + r.redraws - before
                     refused[i] += r.redraws - before
-                    if (token is None and not row.spent()) or refused[i] >= WANDERING:  # the row has left what the
+                    if (token is None and not yielding(row)) or refused[i] >= WANDERING:  # the row has left what the
                         ending_now[i] = token is None or not row.closes(token)  # model knows: its planned ending
                         # (now or next; a row whose work ran out draws again next step, if it yields)
                 if token is None:
@@ -268,13 +269,13 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
                     ok = plan and torch.isfinite(allowed[i, plan[0]]) and row.check(plan[0], remaining)
                     if ok:
                         token = plan[0]
-                    elif not row.spent():  # (a spent row yields: the scan's checks would all be refused)
+                    elif not yielding(row):  # (a row that yields for want of work: the scan's checks would be refused)
                         token = _scanned(allowed[i], row, remaining, generator)
                 spent += time.perf_counter() - t
-            if token is None and row is not None and row.spent() and yields[i] < MAX_YIELDS:
+            if token is None and row is not None and row.can_yield and row.spent() and yields[i] < MAX_YIELDS:
                 yields[i] += 1  # the row's work for the step is spent before a token was decided: it writes nothing
                 stats.yields += 1  # and draws again in the next step, where its ending search goes on
-                row.renew(sampling.row_work or None)
+                row.renew(sampling.row_work)
                 yielded.append(i)
                 chosen[i] = pad_id
                 continue
@@ -340,7 +341,7 @@ def _accepted(token: int, logits: torch.Tensor, row: RowConstraint, remaining: i
     """
     if row.check(token, remaining):
         return token
-    if row.spent():
+    if yielding(row):
         return None  # its work for the step is spent: every redraw would be refused (the engine yields the row)
     probs = torch.softmax(logits.double(), -1).numpy().copy()  # once; each redraw zeroes the refused token
     possible = row.possible()  # the tokens the row does not surely refuse: the others are dropped at once
@@ -360,9 +361,14 @@ def _accepted(token: int, logits: torch.Tensor, row: RowConstraint, remaining: i
             token -= 1
         if row.check(token, remaining):
             return token
-        if row.spent():
+        if yielding(row):
             return None
     return None
+
+
+def yielding(row: RowConstraint) -> bool:
+    """Whether ``row`` may yield its step and has spent its work for it (its refusals since are for want of work)."""
+    return row.can_yield and row.spent()
 
 
 def _scanned(allowed: torch.Tensor, row: RowConstraint, remaining: int, generator: torch.Generator) -> int | None:
