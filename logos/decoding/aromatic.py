@@ -135,11 +135,11 @@ def _blossom(nodes, edges, max_cardinality: bool) -> set[int]:
     """The atoms paired by a maximum-weight matching (Edmonds' blossom algorithm, rustworkx: tens of microseconds
     where a search over subsets can take milliseconds) of ``edges`` (atom, atom, integer weight) among ``nodes``;
     with ``max_cardinality``, the heaviest of the largest matchings."""
-    index = {atom: k for k, atom in enumerate(nodes)}
+    atoms = list(nodes)
+    index = {atom: k for k, atom in enumerate(atoms)}
     graph = rx.PyGraph()
-    graph.add_nodes_from(list(index))
+    graph.add_nodes_from(atoms)
     graph.add_edges_from([(index[i], index[j], w) for i, j, w in edges])
-    atoms = list(index)
     pairs = rx.max_weight_matching(graph, max_cardinality=max_cardinality, weight_fn=lambda w: w)
     return {atoms[k] for pair in pairs for k in pair}
 

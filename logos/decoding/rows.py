@@ -29,14 +29,14 @@ and a vLLM logits processor (one object per request):
 ``advance(token)``, ``fork()``, ``failure``, ``budget(default)``
     Accept a token; an independent copy (beam search, speculative steps); why the row cannot end
     validly (None while it can: the engine resamples the row); the length budget the row needs.
-``spent()``, ``renew()``, ``can_yield``
+``spent()``, ``renew(work)``, ``can_yield``
     Whether the row's work for this step is spent (a refusal since may be for want of work, not validity); a
-    fresh step's work for a row that writes nothing this step (``work`` units a step from now on, if given). An engine that can let a row *yield* its step
-    (write nothing, keep its distribution for the next step: the built-in loop) sets ``can_yield``: the row then
-    refuses every token once its work is spent, and its ending search goes on in the next step where it stopped,
-    so a step's work is bounded without cutting a row short. Without it (vLLM, which writes a token for every
-    request in every step) a spent row accepts only its planned ending's next token, and an ending search may
-    spend ``ENDING_WORK`` in one step.
+    fresh step's work for a row that writes nothing this step (``work`` units a step from now on, if given). An
+    engine that lets a row *yield* its step (write nothing, keep its distribution for the next step: the built-in
+    loop with ``Sampling.row_work``) sets ``can_yield``: the row then refuses every token once its work is spent,
+    and its ending searches go on in the next step where they stopped. Otherwise (the default, and vLLM, which
+    writes a token for every request in every step) a spent row accepts only its planned ending's next token, and
+    an ending search may spend ``ENDING_WORK`` in one step.
 ``settle() -> str | None``
     Once the row has ended, outside the decoding steps: the checks of what it wrote that no step made
     (RDKit's parse of each molecule span it closed), and why they fail (None: they pass; the engine
