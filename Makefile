@@ -4,7 +4,7 @@ PY      := .venv/bin/python
 VENV_OK := .venv/.installed
 MAKE_T0 := $(shell date +%s)
 
-.PHONY: demo demo-train test fuzz venv bench clean gpu-wheels venv-vllm test-vllm bench-vllm
+.PHONY: demo demo-train test fuzz venv native bench clean gpu-wheels venv-vllm test-vllm bench-vllm
 
 # The venv's build time is kept in .venv/.build-seconds (make demo prints it when it built the venv).
 $(VENV_OK): pyproject.toml
@@ -17,8 +17,17 @@ $(VENV_OK): pyproject.toml
 
 venv: $(VENV_OK)
 
+# The decoder's state machine compiled by Cython beside its sources (setup.py; the install builds it too):
+# rebuilt whenever one of them changes, else logos.decoding runs the changed sources, slower.
+NATIVE := logos/decoding/_compiled.json
+$(NATIVE): $(VENV_OK) $(foreach m,atoms aromatic chemistry ending,logos/decoding/$(m).py)
+	$(PY) setup.py -q build_ext --inplace
+	touch $(NATIVE)
+
+native: $(NATIVE)
+
 # Two pytest workers (pytest-xdist), one torch thread each; the import-linter layers contract first.
-test: $(VENV_OK)
+test: $(VENV_OK) $(NATIVE)
 	.venv/bin/lint-imports
 	PYTHONPATH=. OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile tests
 
@@ -56,20 +65,20 @@ fuzz: $(VENV_OK)
 
 # Every domain tokenized and detokenized, every generate task on checkpoints/logos-tiny (CKPT=...), each output
 # scored, demo_out/index.html (opens from disk). DEMO_SAMPLES=1 DEMO_INPUTS=1: a quick run.
-demo: $(VENV_OK)
+demo: $(VENV_OK) $(NATIVE)
 	@if [ $$(stat -c %Y $(VENV_OK)) -gt $(MAKE_T0) ] && [ -f .venv/.build-seconds ]; then \
 		echo "make demo: built .venv/ in $$(cat .venv/.build-seconds) s"; else echo "make demo: .venv/ already built"; fi
 	bash scripts/demo.sh
 
 # A model trained from scratch on CPU: a MOSES sample, packed, the tiny preset pretrained for three minutes,
 # 100 molecules generated and scored (scripts/demo_train.sh; TRAIN_MINUTES, MOLECULES, SAMPLES).
-demo-train: $(VENV_OK)
+demo-train: $(VENV_OK) $(NATIVE)
 	OUT=$${DEMO_OUT:-demo_out} bash scripts/demo_train.sh
 
 # Throughput benchmarks (tokenize per domain against its bare library, DeepSpeed against plain torch, the
 # shard reader, constrained generation): ~10 min on 2 cores; rewrites their tables in BENCHMARKS.md.
 # Run it on an otherwise idle machine.
-bench: $(VENV_OK)
+bench: $(VENV_OK) $(NATIVE)
 	$(PY) benchmarks/bench.py
 
 # An offline bundle for a GPU machine without access to a package index (benchmarks/gpu_check.sh): cp312

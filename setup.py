@@ -1,4 +1,9 @@
-"""Build hook only (metadata lives in pyproject.toml): wheels carry the shipped data in ``logos/_shipped/``.
+"""Build hook only (metadata lives in pyproject.toml): the compiled decoder core, and the shipped data in wheels.
+
+The decoder's state machine and ending planner (``COMPILED``: plain Python modules) are compiled by Cython into
+extension modules beside their sources, the same code about 1.5x faster; ``_compiled.json`` beside them records
+the digest of each source compiled, so that a source edited since is loaded instead of its stale build
+(``logos/decoding/__init__.py``). Without Cython or a C compiler the package installs as plain Python.
 
 The grammar, tokenizers, the tiny checkpoint and the recipes stay in their top-level repository folders
 (``tokenizers/`` must never become a Python package: it would shadow Hugging Face ``tokenizers``).
@@ -11,9 +16,12 @@ the checkout), except in setuptools' strict editable mode, which links the same 
 from __future__ import annotations
 
 import glob
+import hashlib
+import json
 import os
 
-from setuptools import setup
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext as _build_ext
 from setuptools.command.build_py import build_py as _build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -67,4 +75,49 @@ class build_py(_build_py):
         return {**super().get_output_mapping(), **self._shipped_mapping()}
 
 
-setup(cmdclass={"build_py": build_py})
+# The decoder's hot path, compiled (each is also imported as plain Python: logos/decoding/__init__.py)
+COMPILED = ["logos.decoding.atoms", "logos.decoding.aromatic", "logos.decoding.chemistry", "logos.decoding.ending"]
+DIGESTS = "_compiled.json"
+
+
+def source_digest(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+class build_ext(_build_ext):
+    """setuptools' build_ext (optional extensions: a failed compile leaves plain Python), then the digest of each
+    compiled source in ``_compiled.json`` beside the modules built."""
+
+    def run(self) -> None:
+        super().run()
+        digests: dict[str, dict[str, str]] = {}
+        for ext in self.extensions:
+            built = self.get_ext_fullpath(ext.name)
+            if os.path.exists(built):
+                folder = os.path.dirname(built)
+                source = os.path.join(HERE, *ext.name.split(".")) + ".py"  # (ext.sources: the generated C)
+                digests.setdefault(folder, {})[ext.name.rsplit(".", 1)[1]] = source_digest(source)
+        for folder, table in digests.items():
+            with open(os.path.join(folder, DIGESTS), "w") as f:
+                json.dump(table, f, indent=1, sort_keys=True)
+
+    def get_outputs(self) -> list[str]:
+        folders = {os.path.dirname(self.get_ext_fullpath(ext.name)) for ext in self.extensions}
+        return super().get_outputs() + [os.path.join(folder, DIGESTS) for folder in sorted(folders)]
+
+
+def extensions() -> list[Extension]:
+    """The compiled modules, or none where Cython is missing (plain Python then)."""
+    try:
+        from Cython.Build import cythonize
+    except ImportError:
+        print("setup.py: Cython is not installed: the decoder's state machine stays plain Python")
+        return []
+    modules = [Extension(name, [os.path.join(*name.split(".")) + ".py"], optional=True) for name in COMPILED]
+    # annotation_typing off: annotations are documentation here, not C types (the code stays plain Python)
+    return cythonize(modules, build_dir=os.path.join("build", "cython"), quiet=True,
+                     compiler_directives={"language_level": 3, "annotation_typing": False})
+
+
+setup(cmdclass={"build_py": build_py, "build_ext": build_ext}, ext_modules=extensions())

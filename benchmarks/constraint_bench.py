@@ -33,7 +33,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 MARK = "constraints"
-GUIDE = ('Models: `tiny` the shipped model (checkpoints/logos-tiny, or `--tiny DIR`); `random` a randomly initialised tiny Llama (hidden 64, 2 layers) with the LOGOS tokenizer, whatever it writes must still end; `100m` a randomly initialised ~100M Llama (hidden 768, 12 layers). `before` is the tree of the git ref given, `after` the working tree. Row constraint: chemistry (molecules), copied sequence (binding-site search), composition and closing check (crystals), timed around every call the sampler makes; the grammar mask is timed separately. Worst step: the largest per-row mean of one step. Steps yielded: steps in which a row wrote nothing because its constraint had spent its work for the step (it drew again in the next; not counted as row-steps). Resampled per row asked: rows that did not end validly and were drawn again (at most 4 times each).')
+GUIDE = ('Models: `tiny` the shipped model (checkpoints/logos-tiny, or `--tiny DIR`); `random` a randomly initialised tiny Llama (hidden 64, 2 layers) with the LOGOS tokenizer, whatever it writes must still end; `100m` a randomly initialised ~100M Llama (hidden 768, 12 layers). `before` is the tree of the git ref given, `after` the working tree; each runs as it installs (a tree whose setup.py compiles modules, the decoder's state machine, has them built in place first). Row constraint: chemistry (molecules), copied sequence (binding-site search), composition and closing check (crystals), timed around every call the sampler makes; the grammar mask is timed separately. Worst step: the largest per-row mean of one step. Steps yielded: steps in which a row wrote nothing because its constraint had spent its work for the step (it drew again in the next; not counted as row-steps). Resampled per row asked: rows that did not end validly and were drawn again (at most 4 times each).')
 
 # model -> [(task, samples, budget, inputs)]: the shipped model writes molecules; random models test endings
 PLANS = {
@@ -268,6 +268,14 @@ def _export(ref: str, work: Path) -> Path:
     tree.mkdir()
     archive = subprocess.run(["git", "-C", str(REPO), "archive", ref], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return _built(tree)
+
+
+def _built(tree: Path) -> Path:
+    """``tree`` with its compiled modules built in place where its setup.py builds any (as its install would)."""
+    if "build_ext" in (tree / "setup.py").read_text():
+        subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tree, check=True,
+                       capture_output=True)
     return tree
 
 
@@ -332,7 +340,7 @@ def main() -> None:
         print(json.dumps(measure(json.loads(args.measure))))
         return
     work = Path(tempfile.mkdtemp(prefix="constraint_bench_"))
-    trees = [("after", REPO)] + ([(f"before ({args.before})", _export(args.before, work))] if args.before else [])
+    trees = [("after", _built(REPO))] + ([(f"before ({args.before})", _export(args.before, work))] if args.before else [])
     started = time.time()
     print(f"load average: {os.getloadavg()}", file=sys.stderr)
     header = ("| tree | model | task | samples/s constrained / unconstrained | grammar mask µs/step | "

@@ -83,7 +83,10 @@ def test_wheel_carries_the_shipped_data(built):
             assert zf.getinfo("logos/_shipped/" + rel).file_size == (REPO / rel).stat().st_size, rel
     assert not any(n.endswith("tokenizers/__init__.py") for n in names)
     assert not any(n.endswith((".pyc", "__init__.py")) for n in ("logos/_shipped/" + s for s in shipped))
-    assert {n.split("/")[0] for n in names} == {"logos", wheel.name.split("-py")[0] + ".dist-info"}
+    assert {n.split("/")[0] for n in names} == {"logos", "-".join(wheel.name.split("-")[:2]) + ".dist-info"}
+    # the decoder's state machine compiled (a platform wheel), with the digests of the sources it was built from
+    compiled = {n.split("/")[-1].split(".")[0] for n in names if n.startswith("logos/decoding/") and n.endswith(".so")}
+    assert compiled == {"atoms", "aromatic", "chemistry", "ending"} and "logos/decoding/_compiled.json" in names
 
 
 def test_wheel_from_sdist_carries_the_same_data(built, tmp_path):
@@ -117,10 +120,12 @@ def test_installed_cli_runs_from_any_directory(built, tmp_path):
     assert not [p for p in work.iterdir() if p.is_dir()]  # no folder appeared in the working directory
 
     # The wheel's logos was the one that ran, and it read its own copy of the data.
-    probe = ("import logos, logos.language.grammar as g, logos.util.resources as r; "
-             "print(logos.__file__); print(g.GRAMMAR_PATH); print(r.resolve('pretrain/tiny.yaml')); "
-             "print(r.resolve('pretrain/ds_zero3.json')); print(r.resolve('tokenizers/default'))")
+    probe = ("import logos, logos.language.grammar as g, logos.util.resources as r, logos.decoding.ending as e; "
+             "print(logos.decoding.native()); print(logos.__file__); print(g.GRAMMAR_PATH); "
+             "print(r.resolve('pretrain/tiny.yaml')); print(r.resolve('pretrain/ds_zero3.json')); "
+             "print(r.resolve('tokenizers/default'))")
     lines = _run([sys.executable, "-c", probe], cwd=work, env=env).stdout.splitlines()
+    assert lines.pop(0) == str(dict.fromkeys(["atoms", "aromatic", "chemistry", "ending"], True))  # ran compiled
     assert Path(lines[0]).resolve().is_relative_to(site.resolve()), lines[0]
     for line in lines[1:]:
         assert Path(line).resolve().is_relative_to(site.resolve() / "logos" / "_shipped"), line
