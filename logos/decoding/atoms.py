@@ -54,7 +54,7 @@ def _bracket_prefix(text: str) -> bool:
     return regex.fullmatch(_BRACKET_PATTERN, text, partial=True) is not None
 
 
-@dataclass
+@dataclass(slots=True)  # compact: the sampling loop reads atoms from memory a forward pass has just evicted
 class _Atom:
     capacity: int                   # largest valence (bond orders + hydrogens)
     used: int = 0

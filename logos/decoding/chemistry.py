@@ -42,7 +42,7 @@ __all__ = ["SmilesState", "SmilesError"]
 
 OPEN_CHECK = True  # refuse unfinished aromatic systems whose fixed atoms can no longer pair (tests switch it off)
 
-@dataclass
+@dataclass(slots=True)  # compact (as its atoms): fewer cache lines to fetch per check in the sampling loop
 class SmilesState:
     """Where a SMILES string stands: its atoms, open rings and branches, the bond about to be made."""
 
