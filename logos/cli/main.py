@@ -172,11 +172,14 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
     from logos.train.faults import EXIT_SIGNALLED, TrainingFault
     from logos.train.trainer import pretrain
 
+    from logos.train.distributed import shutdown
+
     try:
         result = pretrain(recipe, resume=args.resume, progress=False if args.quiet else None)
     except (CheckpointError, TrainingFault) as e:
         print(f"logos pretrain: {e}", file=sys.stderr)
         return EXIT_REJECTED
+    shutdown()  # every rank has ended its run: leave the process group before the interpreter exits
     if result.stopped_by:
         print(f"pretrain: {result.stopped_by} at step {result.steps}: checkpoint written; continue with --resume",
               file=sys.stderr)
@@ -205,6 +208,9 @@ def _cmd_finetune(args: argparse.Namespace) -> int:
     except (CheckpointError, TrainingFault) as e:
         print(f"logos finetune: {e}", file=sys.stderr)
         return EXIT_REJECTED
+    from logos.train.distributed import shutdown
+
+    shutdown()  # every rank has ended its run: leave the process group before the interpreter exits
     t = result.train
     if t.stopped_by:
         print(f"finetune: {t.stopped_by} at step {t.steps}: checkpoint written; continue with --resume",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Dist", "init", "free_port"]
+__all__ = ["Dist", "init", "shutdown", "free_port"]
 
 
 def free_port() -> int:
@@ -84,3 +84,14 @@ def init() -> Dist:
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     deepspeed.init_distributed(dist_backend=backend, verbose=False)
     return Dist(torch.distributed.get_rank(), torch.distributed.get_world_size())
+
+
+def shutdown() -> None:
+    """Leave a group of several processes in order once a run has ended on every rank: all ranks meet, then the
+    group is destroyed. Left to the interpreter's exit, the process group's threads can be torn down while one is
+    still in use, and the process aborts ("terminate called without an active exception") after its work is
+    done. A group of one is left as it is (a process may train again)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized() and \
+            torch.distributed.get_world_size() > 1:
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
