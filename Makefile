@@ -18,9 +18,9 @@ $(VENV_OK): pyproject.toml
 venv: $(VENV_OK)
 
 # The decoder's state machine compiled by Cython beside its sources (setup.py; the install builds it too):
-# rebuilt whenever one of them changes, else logos.decoding runs the changed sources, slower.
+# rebuilt after a change in logos/decoding/ (unchanged modules in a second), else the changed sources run, slower.
 NATIVE := logos/decoding/_compiled.json
-$(NATIVE): $(VENV_OK) $(foreach m,atoms aromatic chemistry ending,logos/decoding/$(m).py)
+$(NATIVE): $(VENV_OK) $(wildcard logos/decoding/*.py)
 	$(PY) setup.py -q build_ext --inplace
 	touch $(NATIVE)
 

@@ -1,6 +1,6 @@
 """Build hook only (metadata lives in pyproject.toml): the compiled decoder core, and the shipped data in wheels.
 
-The decoder's state machine and ending planner (``COMPILED``: plain Python modules) are compiled by Cython into
+The decoder's state machine and ending planner (``COMPILED`` of ``logos.decoding``: plain Python modules) are compiled by Cython into
 extension modules beside their sources, the same code about 1.5x faster; ``_compiled.json`` beside them records
 the digest of each source compiled, so that a source edited since is loaded instead of its stale build
 (``logos/decoding/__init__.py``). Without Cython or a C compiler the package installs as plain Python.
@@ -15,6 +15,7 @@ the checkout), except in setuptools' strict editable mode, which links the same 
 
 from __future__ import annotations
 
+import ast
 import glob
 import hashlib
 import json
@@ -75,9 +76,17 @@ class build_py(_build_py):
         return {**super().get_output_mapping(), **self._shipped_mapping()}
 
 
-# The decoder's hot path, compiled (each is also imported as plain Python: logos/decoding/__init__.py)
-COMPILED = ["logos.decoding.atoms", "logos.decoding.aromatic", "logos.decoding.chemistry", "logos.decoding.ending"]
 DIGESTS = "_compiled.json"
+
+
+def compiled_modules() -> list[str]:
+    """The decoder's hot path to compile: ``COMPILED`` of ``logos/decoding/__init__.py``, read from its source (the
+    build imports nothing of the package)."""
+    with open(os.path.join(HERE, "logos", "decoding", "__init__.py")) as f:
+        body = ast.parse(f.read()).body
+    names = next(ast.literal_eval(node.value) for node in body if isinstance(node, ast.Assign)
+                 and any(getattr(target, "id", None) == "COMPILED" for target in node.targets))
+    return [f"logos.decoding.{name}" for name in names]
 
 
 def source_digest(path: str) -> str:
@@ -114,7 +123,7 @@ def extensions() -> list[Extension]:
     except ImportError:
         print("setup.py: Cython is not installed: the decoder's state machine stays plain Python")
         return []
-    modules = [Extension(name, [os.path.join(*name.split(".")) + ".py"], optional=True) for name in COMPILED]
+    modules = [Extension(name, [os.path.join(*name.split(".")) + ".py"], optional=True) for name in compiled_modules()]
     # annotation_typing off: annotations are documentation here, not C types (the code stays plain Python)
     return cythonize(modules, build_dir=os.path.join("build", "cython"), quiet=True,
                      compiler_directives={"language_level": 3, "annotation_typing": False})

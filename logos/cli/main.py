@@ -170,9 +170,8 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
         return EXIT_OK
     from logos.train.checkpoint import CheckpointError
     from logos.train.faults import EXIT_SIGNALLED, TrainingFault
-    from logos.train.trainer import pretrain
-
     from logos.train.distributed import shutdown
+    from logos.train.trainer import pretrain
 
     try:
         result = pretrain(recipe, resume=args.resume, progress=False if args.quiet else None)
@@ -195,6 +194,7 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
 def _cmd_finetune(args: argparse.Namespace) -> int:
     from logos.finetune import finetune
     from logos.train.checkpoint import CheckpointError
+    from logos.train.distributed import shutdown
     from logos.train.faults import EXIT_SIGNALLED, TrainingFault
     from logos.train.recipe import ConfigError, load_recipe
 
@@ -208,8 +208,6 @@ def _cmd_finetune(args: argparse.Namespace) -> int:
     except (CheckpointError, TrainingFault) as e:
         print(f"logos finetune: {e}", file=sys.stderr)
         return EXIT_REJECTED
-    from logos.train.distributed import shutdown
-
     shutdown()  # every rank has ended its run: leave the process group before the interpreter exits
     t = result.train
     if t.stopped_by:
