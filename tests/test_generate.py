@@ -362,3 +362,41 @@ def test_a_yielded_step_leaves_the_row_as_if_it_had_not_happened():
     for a, b in zip(plain, yielded):
         assert a.tokens == b.tokens and a.status == b.status, (tok.decode(a.tokens), tok.decode(b.tokens))
         assert abs(a.logprob - b.logprob) < 1e-3
+
+
+def test_a_row_that_decides_nothing_fails_once_it_has_had_the_work_of_a_token():
+    """A row whose constraint spends every step's work without deciding a token yields until it has had the work a
+    row that does not yield gets for one token, then fails (the caller resamples it): it does not hold its batch for
+    the whole step allowance. The other rows write what they write alone."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from logos.decoding.rows import RowConstraint
+    from logos.decoding.sampler import STALL_WORK, StepStats, sample_batch
+
+    class Stuck(RowConstraint):  # refuses everything once the row has written two tokens, its work always spent
+        def __init__(self):
+            self.written = 0
+
+        def check(self, token, remaining):
+            return self.written < 2
+
+        def spent(self):
+            return self.written >= 2
+
+        def advance(self, token):
+            self.written += 1
+
+    tok = AutoTokenizer.from_pretrained(str(SHIPPED))
+    model = AutoModelForCausalLM.from_pretrained(str(SHIPPED)).eval()
+    start, stop = tok.convert_tokens_to_ids("<MoleculeS>"), tok.convert_tokens_to_ids("<MoleculeE>")
+    prompts = [[tok.bos_token_id, start], [tok.bos_token_id, start] + tok("CC", add_special_tokens=False)["input_ids"]]
+    banned = torch.zeros(model.config.vocab_size, dtype=torch.bool)
+    sampling = Sampling(temperature=1e-6, max_new_tokens=40, row_work=32)
+    alone = sample_batch(model, prompts[1:], tok.pad_token_id, stop, banned, sampling, torch.Generator().manual_seed(0))
+    stats = StepStats()
+    out = sample_batch(model, prompts, tok.pad_token_id, stop, banned, sampling, torch.Generator().manual_seed(0),
+                       rows=[Stuck(), None], stats=stats)
+    assert out[0].status == "dead-end" and len(out[0].tokens) == 2
+    assert stats.yields == STALL_WORK // sampling.row_work
+    assert out[1].tokens == alone[0].tokens and out[1].status == alone[0].status

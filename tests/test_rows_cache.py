@@ -311,3 +311,49 @@ def test_a_yielding_row_spreads_its_ending_search_over_steps(vocab):
     assert steps >= 2 and plan == expected and expected is not None
     row.renew()
     assert row.check(plan[0], 40)  # with the next step's work, its ending is accepted
+
+
+@pytest.mark.parametrize("text", ["<MoleculeS>Ic1ccc2ncccc2c1", "<MoleculeS>[NaH]c2ccccc2"])
+def test_a_bond_whose_atom_can_no_longer_end_is_refused(vocab, text):
+    """A bond waits for its atom, so the state machine cannot yet see that an aromatic ring atom's exocyclic double
+    bond leaves its ring without a kekulé structure: the row asks its planner, and refuses the bond; a bond that an
+    ending still follows is accepted."""
+    row = SmilesRow(vocab, text)
+    assert not row.check(vocab.piece["="], 40)
+    assert row.check(vocab.piece["C"], 40)
+    assert SmilesRow(vocab, "<MoleculeS>CC(").check(vocab.piece["="], 40)
+
+
+def test_a_yielding_row_frees_the_searches_it_let_go_of_only_when_tidied(vocab):
+    """Paused ending searches of candidates a row did not write are kept for the engine to free between steps
+    (:meth:`RowConstraint.tidy`), not freed inside the step that writes a token."""
+    row = SmilesRow(vocab, "<MoleculeS>c1ccc2c(c1)c1ccccc1c1ccc(")
+    row.can_yield = True
+    row.renew(8)
+    vocab.plans.clear()
+    for token in _candidates(vocab, n=12, seed=2):
+        row.check(token, 12)  # near the budget: every candidate needs an ending search, cut short by the work
+        if row.spent():
+            row.renew(8)
+    assert row._searches
+    plan = row.ending(40)
+    while plan is None:
+        row.renew(8)
+        plan = row.ending(40)
+    row.renew(8)
+    assert row.check(plan[0], 40)
+    row.advance(plan[0])
+    assert not row._searches and row._litter
+    row.tidy()
+    assert not row._litter
+
+
+def test_planned_molecules_read_by_rdkit_without_symmetrized_rings_get_full_verdicts():
+    """The sampling loop's RDKit check of a planned molecule leaves out the symmetrized rings: same verdicts."""
+    from logos.decoding.rows import _sanitizes
+
+    molecules = REAL + ["c1cccc1", "C1=CC=CC=C1c1ccccn1", "c1ccc2c(c1)[nH]c1ccccc12", "CC(C)(C)(C)C", "c1ccnc1",
+                        "n1cccc1", "O=c1cccc1", "C1CC2CCC1CC2", "c1ccc2cc3ccccc3cc2c1", "[NH4+].[Cl-]", "c1cc[o+]cc1"]
+    for smiles in molecules:
+        assert _sanitizes(smiles, rings=False) == _sanitizes(smiles), smiles
+    assert not _sanitizes("c1cccc1", rings=False) and _sanitizes(REAL[0], rings=False)

@@ -33,10 +33,15 @@ and a vLLM logits processor (one object per request):
     Whether the row's work for this step is spent (a refusal since may be for want of work, not validity); a
     fresh step's work for a row that writes nothing this step (``work`` units a step from now on, if given). An
     engine that lets a row *yield* its step (write nothing, keep its distribution for the next step: the built-in
-    loop with ``Sampling.row_work``) sets ``can_yield``: the row then refuses every token once its work is spent,
-    and its ending searches go on in the next step where they stopped. Otherwise (the default, and vLLM, which
-    writes a token for every request in every step) a spent row accepts only its planned ending's next token, and
-    an ending search may spend ``ENDING_WORK`` in one step.
+    loop, ``Sampling.row_work`` units a step) sets ``can_yield``: the row then refuses every token once its work is
+    spent, and its ending searches go on in the next step where they stopped; a step's first check may also take
+    RDKit's check of a planned molecule whatever its size. Otherwise (vLLM, which writes a token for every request
+    in every step, and the built-in loop with ``row_work=0``) a spent row accepts only its planned ending's next
+    token, and an ending search may spend ``ENDING_WORK`` in one step.
+``tidy()``
+    Free what the row has let go of (paused ending searches of candidates it did not write: thousands of states,
+    a millisecond to free). An engine calls it between steps, off any step's path (the built-in loop in its worker
+    thread during the forward pass); a row that is never tidied frees them itself every few tokens.
 ``settle() -> str | None``
     Once the row has ended, outside the decoding steps: the checks of what it wrote that no step made
     (RDKit's parse of each molecule span it closed), and why they fail (None: they pass; the engine
@@ -66,7 +71,9 @@ MARGIN = 2       # follow the planned ending when the budget left is its length 
 WORK_PER_STEP = 32   # work units (ending.cost: ~5-15 us each) per step of a row that yields, unless its engine says
 WORK_NO_YIELD = 512  # the same for a row that does not yield: then it accepts only its planned ending's next token
 ENDING_WORK = 400    # the most work one ending search takes (in one step, or over the steps a row yields)
-WANDERING = 6    # refusals after which RDKit also checks each planned molecule
+MAX_SEARCHES = 8     # ending searches a row that yields keeps paused (the newest candidates')
+WANDERING = 6    # refusals after which RDKit also checks each planned molecule ...
+RDKIT_ATOMS = 40  # ... of up to this many atoms (larger ones cost RDKit about a millisecond: read once they end)
 _RISKY = frozenset("[%<>~$*/\\.:")  # characters after which the state machine alone may not see a dead end
 _SMILES_CHARS = re.compile(r"[A-Za-z0-9()\[\]=#$:/\\.@+\-%*~<>]+")
 
@@ -108,6 +115,9 @@ class RowConstraint:
         return False
 
     def renew(self, work: int | None = None) -> None:
+        pass
+
+    def tidy(self) -> None:
         pass
 
     def fork(self) -> "RowConstraint":
@@ -266,11 +276,26 @@ def _spelled(text: str) -> bool:
 
 
 @functools.lru_cache(maxsize=65536)
-def _sanitizes(smiles: str) -> bool:
+def _sanitizes(smiles: str, rings: bool = True) -> bool:
+    """Whether RDKit parses and sanitizes ``smiles``. ``rings=False`` (a planned molecule's check in the sampling
+    loop) leaves out the symmetrized smallest set of rings, a quarter of the time on the polycyclic strings a
+    wandering row writes and a step that refuses nothing the others accept (same verdicts on thousands of planned
+    molecules); a finished span is read in full (:meth:`SmilesRow.settle`)."""
     from rdkit import Chem, rdBase
+    from rdkit.Chem import SanitizeFlags as F
 
     with rdBase.BlockLogs():
-        return Chem.MolFromSmiles(smiles) is not None
+        if rings:
+            return Chem.MolFromSmiles(smiles) is not None
+        mol = Chem.MolFromSmiles(smiles, sanitize=False)
+        ops = F.SANITIZE_ALL ^ F.SANITIZE_SYMMRINGS
+        return mol is not None and Chem.SanitizeMol(mol, sanitizeOps=ops, catchErrors=True) == F.SANITIZE_NONE
+
+
+def _rdkit_cost(state: SmilesState) -> int:
+    """Work units of RDKit's check of a planned molecule: about one per atom (a few hundred microseconds for a
+    40-atom molecule in the sampling loop, where RDKit's code and data are rarely in cache)."""
+    return 4 + len(state.atoms)
 
 
 class SmilesRow(RowConstraint):
@@ -304,6 +329,7 @@ class SmilesRow(RowConstraint):
         self._work, self._refusals = [WORK_NO_YIELD], 0  # (an engine that lets it yield renews it)
         self._yield_work = WORK_PER_STEP
         self._searches: dict = {}  # ending searches of this state and its candidates paused for want of work
+        self._litter: list = []  # searches let go of, freed by tidy() between steps (see the module docstring)
         self.closed: list[str] = []  # the spans this row closed, for RDKit once it has ended (settle)
 
     def fork(self) -> "SmilesRow":
@@ -313,6 +339,7 @@ class SmilesRow(RowConstraint):
         new._trial, new._plan, new._planned, new._work = None, self._plan, self._planned, [self._step_work()]
         new._searched = self._searched
         new._refusals, new.closed, new.can_yield, new._searches = self._refusals, list(self.closed), self.can_yield, {}
+        new._litter = []
         new._yield_work = self._yield_work
         return new
 
@@ -337,6 +364,8 @@ class SmilesRow(RowConstraint):
             return self._store(key, found, remaining, complete=found is not None or work is None or work[0] > 0)
         entry = self._searches.get((key, remaining))  # a row that yields: the search goes on where it stopped
         if entry is None:
+            if len(self._searches) >= MAX_SEARCHES:  # the oldest candidate's search is let go of
+                self._let_go(self._searches.pop(next(iter(self._searches))))
             entry = self._searches[(key, remaining)] = [plan_search(state, limit, nodes, 30, work), 0]
         if entry[0] is None:
             return None  # given up: it took ENDING_WORK
@@ -373,11 +402,14 @@ class SmilesRow(RowConstraint):
 
     def _risky(self, trial: SmilesState, text: str) -> bool:
         """Whether the state machine's own checks may miss a dead end after ``text``: a half-written bracket atom or
-        label, an unusual bond or label character (rare in real molecules, frequent from a weak model), or any token
+        label, a bond waiting for its atom (its dead ends show only once the atom is written: an aromatic atom's
+        exocyclic double bond can leave its ring unable to kekulize), an unusual bond or label character (rare in real
+        molecules, frequent from a weak model), or any token
         of a row that has had a draw refused - the state machine checks the kekulé structure of finished aromatic
         systems and a necessary condition on unfinished ones, and a model that wanders writes states no ending
         completes. A row whose draws are accepted keeps the state machine's checks alone."""
-        return trial.pending not in ("", "C", "B") or not _RISKY.isdisjoint(text) or self._refusals >= 1
+        return trial.pending not in ("", "C", "B") or trial.bond is not None or not _RISKY.isdisjoint(text) or \
+            self._refusals >= 1
 
     def _reuse(self, token: int, trial: SmilesState, remaining: int) -> tuple[int, ...] | None:
         """The current state's planned ending, if it also ends ``trial`` (the state after ``token``) within
@@ -413,6 +445,14 @@ class SmilesRow(RowConstraint):
 
     def spent(self) -> bool:
         return self._work[0] <= 0
+
+    def tidy(self) -> None:
+        self._litter = []
+
+    def _let_go(self, searches) -> None:
+        self._litter.append(searches)
+        if len(self._litter) > 4 * MAX_SEARCHES:  # an engine that never tidies: they are freed here
+            self._litter = []
 
     def _step_work(self) -> int:
         return self._yield_work if self.can_yield else WORK_NO_YIELD
@@ -467,6 +507,7 @@ class SmilesRow(RowConstraint):
         if not vocab.smiles[token]:
             return False
         work = self._work
+        fresh = work[0] >= self._yield_work  # nothing spent yet this step (a row that yields)
         if work[0] <= 0 and (self.can_yield or not (self._planned and self._plan and self._plan[0] == token)):
             return False  # the row's work for this step is spent: it yields, or takes its planned ending's next token
         work[0] -= cost(state)
@@ -492,14 +533,15 @@ class SmilesRow(RowConstraint):
             if plan is None or len(plan) > remaining - 1:
                 self._refusals += plan is not None or work[0] > 0  # (not when the search was cut short)
                 return False
-            if not _RISKY.isdisjoint(vocab.text[token]) or (not near and (trial.pending not in ("", "C", "B") or
-                                                                          self._refusals >= WANDERING)):
+            if len(trial.atoms) <= RDKIT_ATOMS and (not _RISKY.isdisjoint(vocab.text[token]) or (
+                    not near and (trial.pending not in ("", "C", "B") or self._refusals >= WANDERING))):
                 ending = "".join(vocab.text[t] for t in plan[:-1])
-                if self.can_yield and work[0] < 4 + 2 * cost(trial):
-                    work[0] = 0  # not within this step's work: the row yields and checks it in the next
-                    return False
-                work[0] -= 4 + 2 * cost(trial)  # RDKit's parse and sanitization of the planned molecule
-                if not _sanitizes(self.smiles + vocab.text[token] + ending):
+                charge = _rdkit_cost(trial)
+                if self.can_yield and work[0] < charge and not fresh:
+                    work[0] = 0  # not within this step's work: the row yields and checks it first in the next
+                    return False  # (a step's first check may take RDKit's whatever its size)
+                work[0] -= charge  # RDKit's parse and sanitization of the planned molecule
+                if not _sanitizes(self.smiles + vocab.text[token] + ending, rings=False):
                     return False
             self._trial = (token, trial, plan)
             return True
@@ -508,7 +550,10 @@ class SmilesRow(RowConstraint):
 
     def advance(self, token: int) -> None:
         vocab = self.vocab
-        trial, self._trial, self._work, self._searches = self._trial, None, [self._step_work()], {}
+        trial, self._trial, self._work = self._trial, None, [self._step_work()]
+        if self._searches:  # freeing them (thousands of states) is left to tidy(), between steps
+            self._let_go(self._searches)
+            self._searches = {}
         plan = self._plan if self._planned else None
         self._plan, self._planned, self._searched = None, False, False
         if token == vocab.open_id and self.state is None:

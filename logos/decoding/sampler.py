@@ -15,12 +15,13 @@ step; left padding, explicit position ids), then
    row follows its planned ending; without one, the ``MAX_SCAN`` likeliest allowed tokens are
    checked and the row draws among those accepted, and only when none is it fails (resampled by
    the caller). A row constraint also bounds its own work per step (state updates, planner moves,
-   RDKit checks: :data:`~logos.decoding.rows.WORK_NO_YIELD`), after which it accepts only its planned
-   ending's next token. With ``Sampling.row_work`` set, the bound is that many units and hard: a row
-   whose work is spent before a token is decided *yields* the step - it writes a padding token that the
-   attention mask hides and that takes no position, keeps its distribution (the logits of its last
-   real step) and draws again in the next step, where its constraint goes on with the search it was
-   in (at most ``MAX_YIELDS`` steps a row). A step then costs a bounded amount whatever the model
+   RDKit checks), and hard: ``Sampling.row_work`` units (by default
+   :data:`~logos.decoding.rows.WORK_PER_STEP`, a few hundred microseconds). A row whose work is spent
+   before a token is decided *yields* the step - it writes a padding token that the attention mask hides
+   and that takes no position, keeps its distribution (the logits of its last real step) and draws
+   again in the next step, where its constraint goes on with the search it was in (at most
+   ``MAX_YIELDS`` steps a row, and ``STALL_WORK`` units of work for one token; then it fails). A step
+   then costs a bounded amount whatever the model
    writes, paid for in extra steps (forward passes). Two rules end a span early by its planned
    ending (:meth:`~logos.decoding.rows.RowConstraint.ending`, the shortest the row's constraint
    finds): a refused draw of the span's closing tag (the model would end where the span cannot),
@@ -53,8 +54,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from logos.decoding.constraints import GrammarRows
-from logos.decoding.rows import RowConstraint
+from logos.decoding.constraints import GrammarRows, _worker
+from logos.decoding.rows import WORK_PER_STEP, RowConstraint
 
 __all__ = ["Sampling", "RowResult", "StepStats", "sample_batch", "NOT_WHOLE"]
 
@@ -63,7 +64,8 @@ NOT_WHOLE = "not-whole"  # a finished row the model would not end the document a
 WANDERING = 8     # draws refused in one span after which the row follows its planned ending (below)
 MAX_REDRAWS = 16  # per row and step; then the planned ending, and without one the likeliest candidates ...
 MAX_SCAN = 64     # ... up to this many (grammar-allowed, before top-k/top-p) are checked
-MAX_YIELDS = 128  # steps a row may yield in all (its constraint's work for the step spent; see below)
+MAX_YIELDS = 128  # steps a row may yield in all (its constraint's work for the step spent; see below) ...
+STALL_WORK = 512  # ... and in a row, for one token: the work a row that does not yield gets for it (then it fails)
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,8 @@ class Sampling:
     top_p: float = 1.0
     max_new_tokens: int = 0
     closing_slack: int = 8
-    row_work: int = 0  # constraint work units per row and step, after which a row yields the step (0: no yielding)
+    row_work: int = WORK_PER_STEP  # constraint work units per row and step, after which a row yields the step
+    # (0: no yielding: a row then does up to WORK_NO_YIELD units a step, after which it follows its planned ending)
 
 
 @dataclass
@@ -135,15 +138,39 @@ def _draw(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
 
 @contextmanager
 def frozen_heap():
-    """Objects that exist when sampling starts (the model, the libraries, the tokenizer: hundreds of thousands) are
-    left out of the garbage collector's full collections while it runs (:func:`gc.freeze`): a full collection
-    would otherwise scan them all, a pause of a few hundred milliseconds in whichever step triggers it. They are
-    returned to it afterwards."""
+    """The garbage collector kept out of the steps. Objects that exist when sampling starts (the model, the libraries,
+    the tokenizer: hundreds of thousands) are left out of its collections (:func:`gc.freeze`): a full collection
+    would otherwise scan them all, a pause of a few hundred milliseconds in whichever step triggers it. Automatic
+    collection is off while sampling runs: a collection of the young generations, which the row constraints'
+    states fill, would otherwise pause whichever check triggers it (a millisecond or more); instead
+    :func:`collect_young` runs once per step, during the model's forward pass. Both are restored afterwards."""
+    enabled = gc.isenabled()
     gc.freeze()
+    gc.disable()
     try:
         yield
     finally:
         gc.unfreeze()
+        if enabled:
+            gc.enable()
+
+
+def collect_young(rows: list[RowConstraint | None], concurrent: bool):
+    """Between steps: the rows' litter freed (:meth:`~logos.decoding.rows.RowConstraint.tidy`) and the young
+    generations collected (what the last step allocated), in the grammar's worker thread while the model's forward
+    pass runs (``concurrent``; the caller waits for the returned future after the pass), else now. Cycles are rare
+    here (states, plans and searches are freed by reference counting); either way the work stays out of every
+    check."""
+    def tidy():
+        for row in rows:
+            if row is not None:
+                row.tidy()
+        gc.collect(1)
+
+    if not concurrent:
+        tidy()
+        return None
+    return _worker().submit(tidy)
 
 
 def sample_batch(model, prompts: list[list[int]], pad_id: int, stop_id: int, banned: torch.Tensor,
@@ -174,6 +201,7 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
     ending_now = [False] * B  # rows following their planned ending (see WANDERING)
     refused = [0] * B         # draws refused in each row's open span
     yields = [0] * B          # steps each row has yielded
+    stalled = [0] * B         # steps each row has yielded since it last wrote a token
     yielded: list[int] = []   # rows that wrote nothing in the step before: their distribution stands
     for row in rows:
         if row is not None and sampling.row_work:
@@ -189,9 +217,12 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
             break
         if grammar is not None and any(running):  # the masks, while the model runs
             grammar.prefetch(running)
+        young = collect_young(rows, concurrent=grammar is not None)
         out = model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True,
                     **{cache_arg: cache})
         cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+        if young is not None:
+            young.result()
         raw = out.logits[:, -1, : banned.shape[0]].float()                                      # [B, V]
         if yielded:  # the forward pass of a yielded step's padding says nothing: the row's last distribution
             raw[yielded] = last_raw[yielded]
@@ -272,8 +303,10 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
                     elif not yielding(row):  # (a row that yields for want of work: the scan's checks would be refused)
                         token = _scanned(allowed[i], row, remaining, generator)
                 spent += time.perf_counter() - t
-            if token is None and row is not None and row.can_yield and row.spent() and yields[i] < MAX_YIELDS:
-                yields[i] += 1  # the row's work for the step is spent before a token was decided: it writes nothing
+            if token is None and row is not None and row.can_yield and row.spent() and yields[i] < MAX_YIELDS \
+                    and stalled[i] * sampling.row_work < STALL_WORK:
+                yields[i] += 1
+                stalled[i] += 1  # the row's work for the step is spent before a token was decided: it writes nothing
                 stats.yields += 1  # and draws again in the next step, where its ending search goes on
                 row.renew(sampling.row_work)
                 yielded.append(i)
@@ -284,6 +317,7 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
                 chosen[i] = stop_id
                 continue
             chosen[i] = token
+            stalled[i] = 0
             r.tokens.append(token)
             r.logprob += float(logp[i, token])
             if grammar is not None:
