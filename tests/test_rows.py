@@ -356,3 +356,24 @@ def test_a_header_element_every_count_of_which_is_stuck_is_refused():
 
     assert _header_dead("K8Kr4Te4U4Zn2Zr", CompositionRow.MAX_ATOMS)
     assert not _header_dead("Cl1Na", CompositionRow.MAX_ATOMS)  # Cl1Na1 is balanced
+
+
+def test_a_crystal_row_is_read_back_once_it_has_ended_not_in_a_step(tok):
+    """The closing tag of a crystal whose sites add up is accepted in the step (reading the crystal back takes tens of
+    milliseconds); once the row has ended, :meth:`settle` reports a crystal some reader refuses (the engine resamples
+    the row) and passes one every reader accepts."""
+    from logos.decoding.rows import CompositionRow
+
+    table = TokenTable(tok, len(tok))
+    close = tok.convert_tokens_to_ids("<CrystalE>")
+    head = "<CrystalS>Cl1Na1<sg99>"
+    for body, ok in (("4.000 4.000 Na<wa> 0.0000 Cl<wb> 0.5000", False), ("4.000 4.500 Na<wa> 0.0000 Cl<wb> 0.4000", True)):
+        row = CompositionRow(table, head)
+        for t in tok(body, add_special_tokens=False)["input_ids"]:
+            assert row.check(t, 400), body
+            row.advance(t)
+        assert row.check(close, 400)
+        row.advance(close)
+        problem = row.settle()
+        assert (problem is None) == ok, (body, problem)
+        assert ok or problem.startswith("crystal: ")

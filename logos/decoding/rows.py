@@ -579,8 +579,9 @@ class SmilesRow(RowConstraint):
 
 class CompositionRow(RowConstraint):
     """A crystal row against its composition header (:mod:`logos.decoding.composition`), and the crystal it closes:
-    the closing tag is accepted only when the sites add up to the composition and the decoded crystal is one every
-    reader accepts (:func:`logos.decoding.crystal_check.crystal_problem`). The header is the prompt's (crystal
+    the closing tag is accepted only when the sites add up to the composition, and once the row has ended the decoded
+    crystal must be one every reader accepts (:func:`logos.decoding.crystal_check.crystal_problem`, in
+    :meth:`settle`; else the engine resamples the row). The header is the prompt's (crystal
     structure prediction) or, unconditionally, the model's own: written canonically (elements in alphabetical order,
     whole counts, charge-balanced by SMACT's rules as CDVAE scores it, as valences are kept for molecules) and
     ended by the space-group tag only when its sites fit in the budget left. With a composition,
@@ -597,7 +598,6 @@ class CompositionRow(RowConstraint):
         self.target = CompositionRows._target(prompt_text)
         self.header = self.target is None and prompt_text.endswith("<CrystalS>")  # the model writes the header
         self.head = ""
-        self.closings_refused = 0
 
     def fork(self) -> "CompositionRow":
         new = CompositionRow.__new__(CompositionRow)
@@ -632,17 +632,19 @@ class CompositionRow(RowConstraint):
             return False  # partial occupancy cannot add up to a composition of whole atoms
         text = self.text + piece
         final = token == self.close_id
-        if self.target is not None and not feasible(self.target, text, final):
-            return False
-        if final:
-            from logos.decoding.crystal_check import crystal_problem
+        return self.target is None or feasible(self.target, text, final)
 
-            problem = crystal_problem(self.text + "<CrystalE>")
+    def settle(self) -> str | None:
+        """The crystal the row closed, written as a file and read back (pymatgen, gemmi, spglib, distances: tens of
+        milliseconds, so once the row has ended, as RDKit reads molecules): why a reader refuses it (the engine
+        resamples the row), None if none does."""
+        from logos.decoding.crystal_check import crystal_problem
+
+        if self.text.endswith("<CrystalE>"):
+            problem = crystal_problem(self.text)
             if problem is not None:
-                self.closings_refused += 1
                 self.failure = f"crystal: {problem}"
-                return False
-        return True
+        return self.failure
 
     def advance(self, token: int) -> None:
         piece = self.table.text[token]

@@ -521,8 +521,8 @@ def close_llm(llm) -> None:
 
 
 def _valid(task, prompt_text: str, text: str, table) -> str | None:
-    """Why a finished sample breaks a guarantee (None: it holds): RDKit refuses a span, or the sites miss the
-    composition."""
+    """Why a finished sample breaks a guarantee (None: it holds): RDKit refuses a span, the sites miss the
+    composition, or a reader refuses the crystal."""
     from rdkit import Chem
 
     from logos.science.chemistry import molecules_in_text
@@ -544,6 +544,11 @@ def _valid(task, prompt_text: str, text: str, table) -> str | None:
             rows = CompositionRows(table, [prompt_text + text])
         if not rows.feasible(0, text, final=True):
             return "composition"
+        from logos.decoding.crystal_check import crystal_problem
+
+        problem = crystal_problem(text) if text.endswith("<CrystalE>") else None
+        if problem is not None:
+            return f"crystal: {problem}"
     return None
 
 
