@@ -22,3 +22,13 @@ def test_the_library_never_imports_the_cli():
     code = ("import sys, logos.data.corpus, logos.data.encode, logos.data.decode, logos.data.pack, logos.generate, logos.train, "
             "logos.science.materials.validity; assert 'logos.cli' not in sys.modules, 'library imports the CLI'")
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
+
+
+def test_every_script_compiles():
+    """The benchmark and helper scripts (run by hand or by make targets, imported by no test) are valid Python."""
+    import ast
+
+    scripts = sorted((REPO / "benchmarks").glob("*.py")) + sorted((REPO / "scripts").glob("*.py"))
+    assert scripts
+    for path in scripts:
+        ast.parse(path.read_text(), filename=str(path))

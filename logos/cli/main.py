@@ -236,8 +236,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from logos.generate import GenerateOptions, Sampling, generate
 
     sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                        max_new_tokens=args.max_new_tokens,
-                        **({} if args.row_work is None else {"row_work": args.row_work}))
+                        max_new_tokens=args.max_new_tokens, row_work=args.row_work)
     options = GenerateOptions(task=args.task, n=args.n, batch_size=args.batch_size, sampling=sampling, seed=args.seed,
                               constrained=not args.unconstrained, device=_device(args.device), resamples=args.resamples,
                               whole_draws=args.whole_draws, writer=_writer_options(args))
@@ -476,10 +475,10 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=1.0, help="1.0: off")
     p.add_argument("--max-new-tokens", type=int, default=0, help="length budget (0: the task's default); near it "
                                                                   "only closing moves are allowed")
-    p.add_argument("--row-work", type=int, default=None, metavar="UNITS",
-                   help="a hard bound on each row's constraint work per step (default 32: a few hundred "
-                        "microseconds): a row that has spent it writes nothing that step and draws again in the next "
-                        "(costs extra steps); 0: a looser bound, after which a row follows its planned ending")
+    p.add_argument("--row-work", type=int, default=0, metavar="UNITS",
+                   help="a hard bound on each row's constraint work per step (32: a few hundred microseconds): a row "
+                        "that has spent it writes nothing that step and draws again in the next (costs extra steps); "
+                        "0: a looser bound (512 units), after which a row follows its planned ending")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resamples", type=int, default=8, help="retries of a sample that fails a check only the "
                                                              "finished sample allows (kekulization) or its budget")

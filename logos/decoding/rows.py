@@ -75,6 +75,7 @@ MAX_SEARCHES = 8     # ending searches a row that yields keeps paused (the newes
 WANDERING = 6    # refusals after which RDKit also checks each planned molecule ...
 RDKIT_ATOMS = 40  # ... of up to this many atoms (larger ones cost RDKit about a millisecond: read once they end)
 _RISKY = frozenset("[%<>~$*/\\.:")  # characters after which the state machine alone may not see a dead end
+_ALIPHATIC_BRACKET = re.compile(r"\[[0-9]*[A-Z][^\[\]]*\]")
 _SMILES_CHARS = re.compile(r"[A-Za-z0-9()\[\]=#$:/\\.@+\-%*~<>]+")
 
 
@@ -157,6 +158,10 @@ class SmilesVocab:
         self.unbranch = np.zeros(n, dtype=np.int64)  # branches before the piece that it closes
         self.dot_depth = np.full(n, 1, dtype=np.int64)  # depth of its first '.' (1: none), which must be the top level
         self.spelled = np.zeros(n, dtype=bool)  # reads as SMILES from a state with nothing pending
+        # after which the state machine alone may not see a dead end: an unusual character outside a whole aliphatic
+        # bracket atom ([C@@H], [O-] and [NH3+] are common, their valence the state machine's own rule)
+        self.risky = [bool(self.smiles[i]) and not _RISKY.isdisjoint(_ALIPHATIC_BRACKET.sub("", t))
+                      for i, t in enumerate(self.text)]
         for i, t in enumerate(self.text):
             if not self.smiles[i]:
                 continue
@@ -400,15 +405,15 @@ class SmilesRow(RowConstraint):
             cache[key] = (plan, max(remaining - 1, 0))
         return plan
 
-    def _risky(self, trial: SmilesState, text: str) -> bool:
-        """Whether the state machine's own checks may miss a dead end after ``text``: a half-written bracket atom or
+    def _risky(self, trial: SmilesState, token: int) -> bool:
+        """Whether the state machine's own checks may miss a dead end after ``token``: a half-written bracket atom or
         label, a bond waiting for its atom (its dead ends show only once the atom is written: an aromatic atom's
-        exocyclic double bond can leave its ring unable to kekulize), an unusual bond or label character (rare in real
-        molecules, frequent from a weak model), or any token
+        exocyclic double bond can leave its ring unable to kekulize), an unusual bond, label or atom (rare in real
+        molecules, frequent from a weak model: :attr:`SmilesVocab.risky`), or any token
         of a row that has had a draw refused - the state machine checks the kekulé structure of finished aromatic
         systems and a necessary condition on unfinished ones, and a model that wanders writes states no ending
         completes. A row whose draws are accepted keeps the state machine's checks alone."""
-        return trial.pending not in ("", "C", "B") or trial.bond is not None or not _RISKY.isdisjoint(text) or \
+        return trial.pending not in ("", "C", "B") or trial.bond is not None or self.vocab.risky[token] or \
             self._refusals >= 1
 
     def _reuse(self, token: int, trial: SmilesState, remaining: int) -> tuple[int, ...] | None:
@@ -521,7 +526,7 @@ class SmilesRow(RowConstraint):
         if need > remaining - 1:
             return False
         near = remaining - 1 <= need + WINDOW  # near the budget: a planned ending must fit after this token
-        if near or self._risky(trial, vocab.text[token]):  # or the token may lead where no ending is left
+        if near or self._risky(trial, token):  # or the token may lead where no ending is left
             plan = self._reuse(token, trial, remaining - 1)
             if plan is None:
                 if work[0] <= 0:
@@ -533,7 +538,7 @@ class SmilesRow(RowConstraint):
             if plan is None or len(plan) > remaining - 1:
                 self._refusals += plan is not None or work[0] > 0  # (not when the search was cut short)
                 return False
-            if len(trial.atoms) <= RDKIT_ATOMS and (not _RISKY.isdisjoint(vocab.text[token]) or (
+            if len(trial.atoms) <= RDKIT_ATOMS and (vocab.risky[token] or (
                     not near and (trial.pending not in ("", "C", "B") or self._refusals >= WANDERING))):
                 ending = "".join(vocab.text[t] for t in plan[:-1])
                 charge = _rdkit_cost(trial)

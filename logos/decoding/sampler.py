@@ -15,8 +15,9 @@ step; left padding, explicit position ids), then
    row follows its planned ending; without one, the ``MAX_SCAN`` likeliest allowed tokens are
    checked and the row draws among those accepted, and only when none is it fails (resampled by
    the caller). A row constraint also bounds its own work per step (state updates, planner moves,
-   RDKit checks), and hard: ``Sampling.row_work`` units (by default
-   :data:`~logos.decoding.rows.WORK_PER_STEP`, a few hundred microseconds). A row whose work is spent
+   RDKit checks: :data:`~logos.decoding.rows.WORK_NO_YIELD`), after which it accepts only its planned
+   ending's next token. With ``Sampling.row_work`` set (:data:`~logos.decoding.rows.WORK_PER_STEP`, 32,
+   is a few hundred microseconds), the bound is that many units and hard: a row whose work is spent
    before a token is decided *yields* the step - it writes a padding token that the attention mask hides
    and that takes no position, keeps its distribution (the logits of its last real step) and draws
    again in the next step, where its constraint goes on with the search it was in (at most
@@ -55,7 +56,7 @@ import numpy as np
 import torch
 
 from logos.decoding.constraints import GrammarRows, _worker
-from logos.decoding.rows import WORK_PER_STEP, RowConstraint
+from logos.decoding.rows import RowConstraint
 
 __all__ = ["Sampling", "RowResult", "StepStats", "sample_batch", "NOT_WHOLE"]
 
@@ -79,8 +80,8 @@ class Sampling:
     top_p: float = 1.0
     max_new_tokens: int = 0
     closing_slack: int = 8
-    row_work: int = WORK_PER_STEP  # constraint work units per row and step, after which a row yields the step
-    # (0: no yielding: a row then does up to WORK_NO_YIELD units a step, after which it follows its planned ending)
+    row_work: int = 0  # constraint work units per row and step, after which a row yields the step (0: no yielding:
+    # a row then does up to WORK_NO_YIELD units a step, after which it follows its planned ending)
 
 
 @dataclass
