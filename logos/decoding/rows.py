@@ -75,7 +75,6 @@ MAX_SEARCHES = 8     # ending searches a row that yields keeps paused (the newes
 WANDERING = 6    # refusals after which RDKit also checks each planned molecule ...
 RDKIT_ATOMS = 40  # ... of up to this many atoms (larger ones cost RDKit about a millisecond: read once they end)
 _RISKY = frozenset("[%<>~$*/\\.:")  # characters after which the state machine alone may not see a dead end
-_ALIPHATIC_BRACKET = re.compile(r"\[[0-9]*[A-Z][^\[\]]*\]")
 _SMILES_CHARS = re.compile(r"[A-Za-z0-9()\[\]=#$:/\\.@+\-%*~<>]+")
 
 
@@ -158,10 +157,8 @@ class SmilesVocab:
         self.unbranch = np.zeros(n, dtype=np.int64)  # branches before the piece that it closes
         self.dot_depth = np.full(n, 1, dtype=np.int64)  # depth of its first '.' (1: none), which must be the top level
         self.spelled = np.zeros(n, dtype=bool)  # reads as SMILES from a state with nothing pending
-        # after which the state machine alone may not see a dead end: an unusual character outside a whole aliphatic
-        # bracket atom ([C@@H], [O-] and [NH3+] are common, their valence the state machine's own rule)
-        self.risky = [bool(self.smiles[i]) and not _RISKY.isdisjoint(_ALIPHATIC_BRACKET.sub("", t))
-                      for i, t in enumerate(self.text)]
+        # after which the state machine alone may not see a dead end: an unusual bond, label or atom character
+        self.risky = [bool(self.smiles[i]) and not _RISKY.isdisjoint(t) for i, t in enumerate(self.text)]
         for i, t in enumerate(self.text):
             if not self.smiles[i]:
                 continue
