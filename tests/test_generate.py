@@ -371,8 +371,8 @@ def test_a_row_that_decides_nothing_fails_once_it_has_had_the_work_of_a_token():
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from logos.decoding.rows import RowConstraint
-    from logos.decoding.sampler import STALL_WORK, StepStats, sample_batch
+    from logos.decoding.rows import WORK_NO_YIELD, RowConstraint
+    from logos.decoding.sampler import StepStats, sample_batch
 
     class Stuck(RowConstraint):  # refuses everything once the row has written two tokens, its work always spent
         def __init__(self):
@@ -398,5 +398,5 @@ def test_a_row_that_decides_nothing_fails_once_it_has_had_the_work_of_a_token():
     out = sample_batch(model, prompts, tok.pad_token_id, stop, banned, sampling, torch.Generator().manual_seed(0),
                        rows=[Stuck(), None], stats=stats)
     assert out[0].status == "dead-end" and len(out[0].tokens) == 2
-    assert stats.yields == STALL_WORK // sampling.row_work
+    assert stats.yields == WORK_NO_YIELD // sampling.row_work
     assert out[1].tokens == alone[0].tokens and out[1].status == alone[0].status

@@ -21,7 +21,7 @@ step; left padding, explicit position ids), then
    before a token is decided *yields* the step - it writes a padding token that the attention mask hides
    and that takes no position, keeps its distribution (the logits of its last real step) and draws
    again in the next step, where its constraint goes on with the search it was in (at most
-   ``MAX_YIELDS`` steps a row, and ``STALL_WORK`` units of work for one token; then it fails). A step
+   ``MAX_YIELDS`` steps a row, and ``WORK_NO_YIELD`` units of work for one token; then it fails). A step
    then costs a bounded amount whatever the model
    writes, paid for in extra steps (forward passes). Two rules end a span early by its planned
    ending (:meth:`~logos.decoding.rows.RowConstraint.ending`, the shortest the row's constraint
@@ -56,7 +56,7 @@ import numpy as np
 import torch
 
 from logos.decoding.constraints import GrammarRows, _worker
-from logos.decoding.rows import RowConstraint
+from logos.decoding.rows import WORK_NO_YIELD, RowConstraint
 
 __all__ = ["Sampling", "RowResult", "StepStats", "sample_batch", "NOT_WHOLE"]
 
@@ -65,8 +65,8 @@ NOT_WHOLE = "not-whole"  # a finished row the model would not end the document a
 WANDERING = 8     # draws refused in one span after which the row follows its planned ending (below)
 MAX_REDRAWS = 16  # per row and step; then the planned ending, and without one the likeliest candidates ...
 MAX_SCAN = 64     # ... up to this many (grammar-allowed, before top-k/top-p) are checked
-MAX_YIELDS = 128  # steps a row may yield in all (its constraint's work for the step spent; see below) ...
-STALL_WORK = 512  # ... and in a row, for one token: the work a row that does not yield gets for it (then it fails)
+MAX_YIELDS = 128  # steps a row may yield in all (its constraint's work for the step spent; see below), and in a
+# row for one token until it has had the work a row that does not yield gets for it (WORK_NO_YIELD; then it fails)
 
 
 @dataclass(frozen=True)
@@ -305,7 +305,7 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
                         token = _scanned(allowed[i], row, remaining, generator)
                 spent += time.perf_counter() - t
             if token is None and row is not None and row.can_yield and row.spent() and yields[i] < MAX_YIELDS \
-                    and stalled[i] * sampling.row_work < STALL_WORK:
+                    and stalled[i] * sampling.row_work < WORK_NO_YIELD:
                 yields[i] += 1
                 stalled[i] += 1  # the row's work for the step is spent before a token was decided: it writes nothing
                 stats.yields += 1  # and draws again in the next step, where its ending search goes on
