@@ -67,7 +67,11 @@ def test_real_molecules_pass_token_by_token_and_close(tok, vocab):
                                     # a seven-membered aromatic ring: ends with an exocyclic double bond (a tropone)
                                     "COc1ccc(OC)c(NC(=O)C)cc1",
                                     # an aromatic atom on no ring, before a branch: a new ring through it
-                                    "c(-c2ccccc2", "C[C@H](Cs"])
+                                    "c(-c2ccccc2", "C[C@H](Cs",
+                                    # an aromatic atom with three connections whose ring is still to be written
+                                    "COs", "CC(=O)s",
+                                    # an aromatic atom past its branch: a ring through a second branch, c(=O)(c1)c1
+                                    "c(=O)"])
 def test_planned_ending_closes_validly(prefix):
     state = SmilesState()
     state.feed(prefix)

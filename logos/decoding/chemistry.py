@@ -419,8 +419,8 @@ class SmilesState:
         valence) and atoms whose ring bond is open. Pruning every non-anchor leaf of the molecule graph
         leaves those paths (and the closed rings); an aromatic atom on no cycle that is pruned away, or
         left with a single anchor, is lost. The current atom may still be on a ring of its own if it can take
-        two more bonds (``c1...1``, ``c(C1)C1``); with room for one, only if an existing neighbour leads to
-        another anchor (``No`` and ``S(=O)(=O)o`` are dead ends: the ``o`` has one bond left and nothing to
+        two more bonds (``c1...1``, ``c(C1)C1``) or has a ring open and can take one (``COs1`` + ``ccccc1``); with
+        room for one, only if an existing neighbour leads to another anchor (``No`` and ``S(=O)(=O)o`` are dead ends: the ``o`` has one bond left and nothing to
         close a ring with).
         """
         lonely = self.lonely_aromatic()
@@ -431,8 +431,8 @@ class SmilesState:
         if current in lonely:
             atom = atoms[current]
             room, free = atom.max_degree - len(atom.neighbours) - atom.open_rings, atom.free
-            if room >= 2 and free >= 2:  # a ring of its own
-                lonely = [i for i in lonely if i != current]
+            if (room >= 2 and free >= 2) or (atom.open_rings and room >= 1 and free >= 1):  # a ring of its own
+                lonely = [i for i in lonely if i != current]  # (its open ring closed by a chain from it: COs1ccccc1)
             elif room >= 1 and free >= 1 and not atom.open_rings:  # one more bond: back through a neighbour
                 through = True
         if not lonely:

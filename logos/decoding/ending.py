@@ -43,6 +43,8 @@ def _moves(state: SmilesState) -> list[str]:
     moves.extend(_ATOMS if aromatic else _ALIPHATIC_FIRST)
     if aromatic and state.bond is None and state.atoms[state.current].free >= 2:
         moves.extend(_EXOCYCLIC)  # an aromatic atom short of a double bond in its ring takes one outside it
+    if aromatic and not state.label_ok and state.bond is None and state.current in state.lonely:
+        moves.append("(")  # an aromatic atom past its ring labels on no ring yet: a ring through a branch, c(=O)(C1)C1
     return moves
 
 
