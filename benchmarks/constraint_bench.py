@@ -33,7 +33,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 MARK = "constraints"
-GUIDE = ('Models: `tiny` the shipped model (checkpoints/logos-tiny, or `--tiny DIR`); `random` a randomly initialised tiny Llama (hidden 64, 2 layers) with the LOGOS tokenizer, whatever it writes must still end; `100m` a randomly initialised ~100M Llama (hidden 768, 12 layers). `before` is the tree of the git ref given, `after` the working tree; each runs as it installs: where the setup.py of a tree compiles modules (the decoding state machine), they are built in place first. Row constraint: chemistry (molecules), copied sequence (binding-site search), composition (crystals), timed around every call the sampler makes, including the checks once a row has ended (RDKit parsing each molecule; pymatgen, gemmi and spglib reading each crystal back), which count in the mean and in no step; the grammar mask is timed separately. Worst step: the largest per-row mean of one step. Steps yielded: steps in which a row wrote nothing because its constraint had spent its work for the step (it drew again in the next; not counted as row-steps). Resampled per row asked: rows that did not end validly and were drawn again (at most 4 times each).')
+GUIDE = ('Models: `tiny` the shipped model (checkpoints/logos-tiny, or `--tiny DIR`); `random` a randomly initialised tiny Llama (hidden 64, 2 layers) with the LOGOS tokenizer, whatever it writes must still end; `100m` a randomly initialised ~100M Llama (hidden 768, 12 layers). `before` is the tree of the git ref given, `after` the working tree; each runs as it installs: where the setup.py of a tree compiles modules (the decoding state machine), they are built in place first. Row constraint: chemistry (molecules), copied sequence (binding-site search), composition (crystals), timed around every call the sampler makes, including the checks once a row has ended (RDKit parsing each molecule; pymatgen, gemmi and spglib reading each crystal back), which count in the mean and in no step; the grammar mask is timed separately. Worst step: the largest per-row mean of one step. Steps yielded: steps in which a row wrote nothing because its constraint had spent its work for the step, its own and what the other rows of the step left (it drew again in the next; not counted as row-steps); a step after one in which no row wrote a token needs no forward pass. Tokens taken back: a row at a dead end (nothing accepted, no planned ending) takes back its last token and draws again there. Resampled per row asked: rows that did not end validly and were drawn again (at most 4 times each).')
 
 # model -> [(task, samples, budget, inputs)]: the shipped model writes molecules; random models test endings
 PLANS = {
@@ -234,6 +234,7 @@ def measure(spec: dict) -> dict:
            "done": sum(s.status == "done" for s in result.samples), "written": result.written,
            "resampled": result.resampled, "redraws": result.redraws, "tokens": result.tokens,
            "steps": stats.steps, "row_steps": row_steps, "yields": getattr(stats, "yields", 0),
+           "idle_steps": getattr(stats, "idle_steps", 0), "undos": getattr(stats, "undos", 0),
            "mask_us_step": 1e6 * stats.mask_seconds / max(stats.steps, 1),
            "constraint_us_row_step": 1e6 * (stats.check_seconds if own else constraint) / max(row_steps, 1),
            "worst_step_us_row": 1e6 * (stats.worst_step_row_seconds if own else
@@ -302,7 +303,10 @@ def _row(tree: str, model: str, task: str, c: dict, u: dict) -> str:
     ended = f"{c['done']}/{c['samples']}"
     extra = []
     if c.get("yields"):
-        extra.append(f"{c['yields']:,} steps yielded")
+        extra.append(f"{c['yields']:,} steps yielded" + (f" ({c['idle_steps']:,} steps without a forward pass)"
+                                                          if c.get("idle_steps") else ""))
+    if c.get("undos"):
+        extra.append(f"{c['undos']:,} tokens taken back")
     if "rdkit_valid" in c:
         extra.append(f"RDKit-valid {c['rdkit_valid']}/{c['written']}")
     if "copied" in c:
@@ -332,7 +336,7 @@ def main() -> None:
     ap.add_argument("--whole-draws", type=int, help="molecule redraws when the model would not end the record "
                                                     "(default: the tree's; 0 keeps the first finished molecule)")
     ap.add_argument("--row-work", type=int, default=0, help="constraint work units per row and step before a row "
-                    "yields (0: the sampler's default)")
+                    "yields (0: each tree's default)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per measurement")
     ap.add_argument("--write", action="store_true", help="rewrite the marked section of BENCHMARKS.md")
     args = ap.parse_args()

@@ -357,3 +357,33 @@ def test_planned_molecules_read_by_rdkit_without_symmetrized_rings_get_full_verd
     for smiles in molecules:
         assert _sanitizes(smiles, rings=False) == _sanitizes(smiles), smiles
     assert not _sanitizes("c1cccc1", rings=False) and _sanitizes(REAL[0], rings=False)
+
+
+def test_a_row_takes_back_its_last_tokens_to_where_it_was(vocab):
+    """``undo`` restores the row before its last tokens (up to ``UNDO_DEPTH``), a closed span included: each check
+    then gives the verdict a row that never wrote them gives, and the row goes on from there."""
+    from logos.decoding.rows import UNDO_DEPTH
+
+    molecule = "CC(C)Cc1ccc(C(C)C(=O)Nc2ccc(OC)cc2)cc1"
+    ids = vocab.spell(molecule) + [vocab.close_id]
+    assert len(ids) > UNDO_DEPTH + 1
+    row = SmilesRow(vocab, "<MoleculeS>")
+    for t in ids:
+        assert row.check(t, 40)
+        row.advance(t)
+    assert row.closed == [molecule] and row.state is None
+    candidates = _candidates(vocab, n=200, seed=5)
+    for back in range(1, UNDO_DEPTH + 1):
+        assert row.undo()
+        fresh = SmilesRow(vocab, "<MoleculeS>")
+        for t in ids[: len(ids) - back]:
+            fresh.advance(t)
+        assert row.smiles == fresh.smiles and row.closed == fresh.closed == []
+        fresh._refusals = row._refusals  # (what the checks below refused: a row with refusals checks harder)
+        for t in candidates:  # (each with a step's work: what a check refuses for want of it is not a verdict)
+            row.renew()
+            fresh.renew()
+            assert row.check(t, 40) == fresh.check(t, 40), (row.smiles, vocab.text[t])
+    assert not row.undo()  # no further back than UNDO_DEPTH
+    row.advance(ids[len(ids) - UNDO_DEPTH])
+    assert row.smiles == "".join(vocab.text[t] for t in ids[: len(ids) - UNDO_DEPTH + 1])

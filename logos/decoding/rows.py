@@ -29,15 +29,22 @@ and a vLLM logits processor (one object per request):
 ``advance(token)``, ``fork()``, ``failure``, ``budget(default)``
     Accept a token; an independent copy (beam search, speculative steps); why the row cannot end
     validly (None while it can: the engine resamples the row); the length budget the row needs.
-``spent()``, ``renew(work)``, ``can_yield``
-    Whether the row's work for this step is spent (a refusal since may be for want of work, not validity); a
-    fresh step's work for a row that writes nothing this step (``work`` units a step from now on, if given). An
-    engine that lets a row *yield* its step (write nothing, keep its distribution for the next step: the built-in
-    loop, ``Sampling.row_work`` units a step) sets ``can_yield``: the row then refuses every token once its work is
-    spent, and its ending searches go on in the next step where they stopped; a step's first check may also take
-    RDKit's check of a planned molecule whatever its size. Otherwise (vLLM, which writes a token for every request
-    in every step, and the built-in loop with ``row_work=0``) a spent row accepts only its planned ending's next
-    token, and an ending search may spend ``ENDING_WORK`` in one step.
+``spent()``, ``work_left()``, ``renew(work)``, ``can_yield``, ``step_work``
+    Whether the row's work for this step is spent (a refusal since may be for want of work, not validity); the
+    units it has left (None: the row does not count its work); fresh work for a row that has written nothing yet
+    this step (``work`` units if given, once, else ``step_work``). An engine that lets a row *yield* its step
+    (write nothing, keep its distribution for the next step: the built-in loop, ``Sampling.row_work`` units a
+    step) sets ``can_yield`` and ``step_work``: the row then refuses every token once its work is spent, and its
+    ending searches go on where they stopped, in the same step if the engine gives it more (what other rows left)
+    or in the next; the first check after a renewal may also take RDKit's check of a planned molecule whatever its
+    size. Otherwise (vLLM, which writes a token for every request in every step, and the built-in loop with
+    ``row_work=0``) a spent row accepts only its planned ending's next token, and an ending search may spend
+    ``ENDING_WORK`` in one step.
+``undo() -> bool``
+    Take back the last token advanced (one of the last ``UNDO_DEPTH``): the row is as it was before it (False: it
+    cannot). An engine whose row has reached a dead end - no token accepted, no planned ending - takes back its
+    last tokens and draws again without them (the built-in loop); a state the checks let through that no ending
+    completes is refused late instead of failing the row.
 ``tidy()``
     Free what the row has let go of (paused ending searches of candidates it did not write: thousands of states,
     a millisecond to free). An engine calls it between steps, off any step's path (the built-in loop in its worker
@@ -72,6 +79,7 @@ WORK_PER_STEP = 32   # work units (ending.cost: ~5-15 us each) per step of a row
 WORK_NO_YIELD = 512  # the same for a row that does not yield: then it accepts only its planned ending's next token
 ENDING_WORK = 400    # the most work one ending search takes (in one step, or over the steps a row yields)
 MAX_SEARCHES = 8     # ending searches a row that yields keeps paused (the newest candidates')
+UNDO_DEPTH = 8       # tokens a row can take back (:meth:`SmilesRow.undo`: the states before them, kept, not copied)
 WANDERING = 6    # refusals after which RDKit also checks each planned molecule ...
 RDKIT_ATOMS = 40  # ... of up to this many atoms (larger ones cost RDKit about a millisecond: read once they end)
 _RISKY = frozenset("[%<>~$*/\\.:")  # characters after which the state machine alone may not see a dead end
@@ -82,7 +90,8 @@ class RowConstraint:
     """One row's domain constraint (see the module docstring); the base class allows everything."""
 
     failure: str | None = None
-    can_yield = False  # set by an engine that lets a row yield its step (see the module docstring)
+    can_yield = False  # set by an engine that lets a row yield its step (see the module docstring) ...
+    step_work = WORK_PER_STEP  # ... with this many work units a step
 
     def check(self, token: int, remaining: int) -> bool:
         return True
@@ -92,6 +101,9 @@ class RowConstraint:
 
     def advance(self, token: int) -> None:
         pass
+
+    def undo(self) -> bool:
+        return False
 
     def must_close(self, remaining: int) -> bool:
         return False
@@ -113,6 +125,9 @@ class RowConstraint:
 
     def spent(self) -> bool:
         return False
+
+    def work_left(self) -> int | None:
+        return None
 
     def renew(self, work: int | None = None) -> None:
         pass
@@ -312,9 +327,9 @@ class SmilesRow(RowConstraint):
     The work of one row in one step is bounded (``WORK_NO_YIELD`` units of :func:`~logos.decoding.ending.cost`, which
     grows with the molecule: state updates, planner moves, RDKit checks): once it is spent the row accepts only its
     planned ending's next token, which the engine follows. An engine that lets rows yield (``can_yield``) sets a
-    smaller, hard bound (``renew(work)``, ``WORK_PER_STEP`` by default): once it is spent the row refuses every
-    token, yields the step, and its searches go on in the next. Either way a step costs a
-    bounded amount whatever the model writes.
+    smaller, hard bound (``step_work``, ``WORK_PER_STEP`` by default, or what ``renew(work)`` gives): once it is
+    spent the row refuses every token until it is renewed, and its searches go on where they stopped. Either way a
+    step costs a bounded amount whatever the model writes.
     """
 
     def __init__(self, vocab: SmilesVocab, prompt_tail: str = ""):
@@ -329,10 +344,11 @@ class SmilesRow(RowConstraint):
         self._plan: tuple[int, ...] | None = None   # token ids of the planned ending for the current state
         self._planned = self._searched = False  # a planned ending known; searched for one this step
         self._work, self._refusals = [WORK_NO_YIELD], 0  # (an engine that lets it yield renews it)
-        self._yield_work = WORK_PER_STEP
+        self._given = WORK_NO_YIELD  # the work it had when its step (or renewal) began
         self._searches: dict = {}  # ending searches of this state and its candidates paused for want of work
         self._litter: list = []  # searches let go of, freed by tidy() between steps (see the module docstring)
         self.closed: list[str] = []  # the spans this row closed, for RDKit once it has ended (settle)
+        self._history: list[tuple] = []  # what undo() restores: the row before each of its last tokens
 
     def fork(self) -> "SmilesRow":
         new = SmilesRow.__new__(SmilesRow)
@@ -341,8 +357,8 @@ class SmilesRow(RowConstraint):
         new._trial, new._plan, new._planned, new._work = None, self._plan, self._planned, [self._step_work()]
         new._searched = self._searched
         new._refusals, new.closed, new.can_yield, new._searches = self._refusals, list(self.closed), self.can_yield, {}
-        new._litter = []
-        new._yield_work = self._yield_work
+        new._litter, new._history = [], list(self._history)
+        new.step_work, new._given = self.step_work, new._work[0]
         return new
 
     # ---------------------------------------------------------------- planning
@@ -366,8 +382,9 @@ class SmilesRow(RowConstraint):
             return self._store(key, found, remaining, complete=found is not None or work is None or work[0] > 0)
         entry = self._searches.get((key, remaining))  # a row that yields: the search goes on where it stopped
         if entry is None:
-            if len(self._searches) >= MAX_SEARCHES:  # the oldest candidate's search is let go of
-                self._let_go(self._searches.pop(next(iter(self._searches))))
+            if len(self._searches) >= MAX_SEARCHES:  # the oldest candidate's search is let go of (not the state's)
+                oldest = next(k for k in self._searches if k[0][0] != self.smiles)
+                self._let_go(self._searches.pop(oldest))
             entry = self._searches[(key, remaining)] = [plan_search(state, limit, nodes, 30, work), 0]
         if entry[0] is None:
             return None  # given up: it took ENDING_WORK
@@ -448,6 +465,18 @@ class SmilesRow(RowConstraint):
     def spent(self) -> bool:
         return self._work[0] <= 0
 
+    def undo(self) -> bool:
+        if not self._history:
+            return False
+        self.state, self.smiles, self._plan, self._planned, closed = self._history.pop()
+        del self.closed[closed:]
+        if self._searches:
+            self._let_go(self._searches)
+            self._searches = {}
+        self._trial, self._searched, self._work = None, False, [self._step_work()]
+        self._given = self._work[0]
+        return True
+
     def tidy(self) -> None:
         self._litter = []
 
@@ -456,13 +485,15 @@ class SmilesRow(RowConstraint):
         if len(self._litter) > 4 * MAX_SEARCHES:  # an engine that never tidies: they are freed here
             self._litter = []
 
+    def work_left(self) -> int:
+        return self._work[0]
+
     def _step_work(self) -> int:
-        return self._yield_work if self.can_yield else WORK_NO_YIELD
+        return self.step_work if self.can_yield else WORK_NO_YIELD
 
     def renew(self, work: int | None = None) -> None:
-        if work is not None:
-            self._yield_work = work
-        self._work[0] = self._step_work()  # in place: a paused search holds this list
+        self._given = self._step_work() if work is None else work
+        self._work[0] = self._given  # in place: a paused search holds this list
         self._searched, self._trial = False, None
 
     def closes(self, token: int) -> bool:
@@ -509,7 +540,7 @@ class SmilesRow(RowConstraint):
         if not vocab.smiles[token]:
             return False
         work = self._work
-        fresh = work[0] >= self._yield_work  # nothing spent yet this step (a row that yields)
+        fresh = work[0] >= self._given  # nothing spent since the row's work was renewed (a row that yields)
         if work[0] <= 0 and (self.can_yield or not (self._planned and self._plan and self._plan[0] == token)):
             return False  # the row's work for this step is spent: it yields, or takes its planned ending's next token
         work[0] -= cost(state)
@@ -524,6 +555,8 @@ class SmilesRow(RowConstraint):
             return False
         near = remaining - 1 <= need + WINDOW  # near the budget: a planned ending must fit after this token
         if near or self._risky(trial, token):  # or the token may lead where no ending is left
+            if not self._planned and self._refusals:  # a row with refusals plans its own state first: candidates
+                self.ending(remaining)  # reuse that plan, and the row follows it once its draws keep being refused
             plan = self._reuse(token, trial, remaining - 1)
             if plan is None:
                 if work[0] <= 0:
@@ -553,10 +586,14 @@ class SmilesRow(RowConstraint):
     def advance(self, token: int) -> None:
         vocab = self.vocab
         trial, self._trial, self._work = self._trial, None, [self._step_work()]
+        self._given = self._work[0]
         if self._searches:  # freeing them (thousands of states) is left to tidy(), between steps
             self._let_go(self._searches)
             self._searches = {}
         plan = self._plan if self._planned else None
+        self._history.append((self.state, self.smiles, self._plan, self._planned, len(self.closed)))
+        if len(self._history) > UNDO_DEPTH:
+            del self._history[0]
         self._plan, self._planned, self._searched = None, False, False
         if token == vocab.open_id and self.state is None:
             self.state, self.smiles = SmilesState(), ""
@@ -572,7 +609,8 @@ class SmilesRow(RowConstraint):
             self.state = trial[1]
             if trial[2] is not None:
                 self._plan, self._planned = trial[2], True
-        else:
+        else:  # (on a copy: the state before the token is kept for undo)
+            self.state = self.state.copy()
             self.state.feed(vocab.text[token])
         if plan and plan[0] == token and not self._planned:  # following the planned ending: the rest still holds
             self._plan, self._planned = plan[1:], True

@@ -13,17 +13,28 @@ step; left padding, explicit position ids), then
    copied sequence); a refused token is removed from that row's distribution and the row draws
    again (rejection sampling of the restricted distribution). After ``MAX_REDRAWS`` refusals the
    row follows its planned ending; without one, the ``MAX_SCAN`` likeliest allowed tokens are
-   checked and the row draws among those accepted, and only when none is it fails (resampled by
-   the caller). A row constraint also bounds its own work per step (state updates, planner moves,
-   RDKit checks: :data:`~logos.decoding.rows.WORK_NO_YIELD`), after which it accepts only its planned
-   ending's next token. With ``Sampling.row_work`` set (:data:`~logos.decoding.rows.WORK_PER_STEP`, 32,
-   is a few hundred microseconds), the bound is that many units and hard: a row whose work is spent
-   before a token is decided *yields* the step - it writes a padding token that the attention mask hides
-   and that takes no position, keeps its distribution (the logits of its last real step) and draws
-   again in the next step, where its constraint goes on with the search it was in (at most
-   ``MAX_YIELDS`` steps a row, and ``WORK_NO_YIELD`` units of work for one token; then it fails). A step
-   then costs a bounded amount whatever the model
-   writes, paid for in extra steps (forward passes). Two rules end a span early by its planned
+   checked and the row draws among those accepted.
+
+   The work of the checks is bounded per step (state updates, planner moves, RDKit checks, counted in
+   units: :func:`~logos.decoding.ending.cost`). By default (``Sampling.row_work``, 32 units, a few hundred
+   microseconds) a step's rows share ``row_work`` units each: every row gets its own first, and rows still
+   undecided then take, in turns, what the others left. A row that finds none left before its token is
+   decided *yields* the step: it writes a padding token that the attention mask hides and that takes no
+   position, keeps its distribution (the logits of its last real step) and draws again in the next step,
+   where its constraint goes on with the search it was in (at most ``MAX_YIELDS`` steps a row, and
+   ``WORK_NO_YIELD`` units for one token). A step in which no row wrote a token is followed by one without a
+   forward pass (every distribution stands): a lone row at the tail of its batch pays only for its own work.
+   With ``row_work=0`` a row does up to ``WORK_NO_YIELD`` units a step, after which it accepts only its
+   planned ending's next token.
+
+   A row at a *dead end* - nothing accepted, no planned ending - takes back its last token
+   (:meth:`~logos.decoding.rows.RowConstraint.undo`: its constraint, its grammar matcher, its score, its
+   place in the model's cache, which the attention mask then hides) and draws again there in the next
+   step, from that token's distribution without the tokens taken back there (up to ``UNDO_DEPTH`` tokens
+   back, ``MAX_UNDOS`` in all; then it fails and the caller resamples it). A state the checks let through
+   that no ending completes costs a few steps instead of the row.
+
+   Two rules end a span early by its planned
    ending (:meth:`~logos.decoding.rows.RowConstraint.ending`, the shortest the row's constraint
    finds): a refused draw of the span's closing tag (the model would end where the span cannot),
    and ``WANDERING`` refused draws in one span (the row has left what the model knows). Without
@@ -56,7 +67,7 @@ import numpy as np
 import torch
 
 from logos.decoding.constraints import GrammarRows, _worker
-from logos.decoding.rows import WORK_NO_YIELD, RowConstraint
+from logos.decoding.rows import UNDO_DEPTH, WORK_NO_YIELD, WORK_PER_STEP, RowConstraint
 
 __all__ = ["Sampling", "RowResult", "StepStats", "sample_batch", "NOT_WHOLE"]
 
@@ -65,8 +76,10 @@ NOT_WHOLE = "not-whole"  # a finished row the model would not end the document a
 WANDERING = 8     # draws refused in one span after which the row follows its planned ending (below)
 MAX_REDRAWS = 16  # per row and step; then the planned ending, and without one the likeliest candidates ...
 MAX_SCAN = 64     # ... up to this many (grammar-allowed, before top-k/top-p) are checked
-MAX_YIELDS = 128  # steps a row may yield in all (its constraint's work for the step spent; see below), and in a
-# row for one token until it has had the work a row that does not yield gets for it (WORK_NO_YIELD; then it fails)
+MAX_YIELDS = 128  # steps a row may yield in all (its constraint's work for the step spent; see below), and for
+# one token until it has used the work a row that does not yield gets for it (WORK_NO_YIELD; then it fails)
+MIN_SHARE = 8     # work units: a step's rows that ran out of work share what the others left while each gets this
+MAX_UNDOS = 16    # tokens a row may take back in all (a dead end: see undo below), UNDO_DEPTH at most in a row
 
 
 @dataclass(frozen=True)
@@ -80,8 +93,9 @@ class Sampling:
     top_p: float = 1.0
     max_new_tokens: int = 0
     closing_slack: int = 8
-    row_work: int = 0  # constraint work units per row and step, after which a row yields the step (0: no yielding:
-    # a row then does up to WORK_NO_YIELD units a step, after which it follows its planned ending)
+    row_work: int = WORK_PER_STEP  # constraint work units per row and step (a step's rows share them: one that needs
+    # more takes what the others left), after which a row yields the step (0: no yielding: a row then does up to
+    # WORK_NO_YIELD units a step, after which it follows its planned ending)
 
 
 @dataclass
@@ -105,6 +119,8 @@ class StepStats:
     settle_seconds: float = 0.0  # the row constraints' checks once rows have ended (in check_seconds, in no step)
     end_draws: int = 0  # end-of-document draws of finished rows (``then_id``)
     yields: int = 0  # steps in which a row wrote nothing: its constraint's work was spent (the row drew again next)
+    idle_steps: int = 0  # steps after one in which no row wrote a token: no forward pass (in ``steps``)
+    undos: int = 0  # tokens taken back by rows at a dead end (each drew again where it had written it)
     closed_by_plan: int = 0  # spans sent to their planned ending (a refused draw of their end, or WANDERING)
 
     def add(self, other: "StepStats") -> None:
@@ -115,6 +131,8 @@ class StepStats:
         self.row_steps += other.row_steps
         self.end_draws += other.end_draws
         self.yields += other.yields
+        self.idle_steps += other.idle_steps
+        self.undos += other.undos
         self.closed_by_plan += other.closed_by_plan
         self.worst_step_row_seconds = max(self.worst_step_row_seconds, other.worst_step_row_seconds)
 
@@ -133,8 +151,15 @@ def _filter(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
 
 
 def _draw(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    probs = torch.softmax(logits.float(), dim=-1)
-    return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1)
+    """One token per row of ``logits`` [B, V], drawn by inverting each row's cumulative distribution (``torch.multinomial``
+    takes over a millisecond for 16 rows of a few thousand tokens on a CPU; this, under a tenth of it)."""
+    probs = torch.softmax(logits.float(), dim=-1).cpu()
+    cum = probs.cumsum(-1)
+    u = torch.rand(probs.shape[0], 1, generator=generator) * cum[:, -1:]
+    token = torch.searchsorted(cum, u, right=True).clamp(max=probs.shape[1] - 1).squeeze(-1)
+    for i in torch.nonzero(probs.gather(1, token[:, None]).squeeze(1) == 0).flatten().tolist():
+        token[i] = int(torch.nonzero(probs[i]).max())  # rounding at the very top: the last token with probability
+    return token
 
 
 @contextmanager
@@ -202,13 +227,20 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
     ending_now = [False] * B  # rows following their planned ending (see WANDERING)
     refused = [0] * B         # draws refused in each row's open span
     yields = [0] * B          # steps each row has yielded
-    stalled = [0] * B         # steps each row has yielded since it last wrote a token
+    stalled = [0] * B         # work units each row has used since it last wrote a token
     yielded: list[int] = []   # rows that wrote nothing in the step before: their distribution stands
+    trail: list[list[tuple]] = [[] for _ in range(B)]  # each row's last tokens: (token, raw logits of its step, its
+    # cache column, tokens taken back there before), for undo
+    undos = [0] * B           # tokens each row has taken back
+    back = [0] * B            # tokens each row has taken back this step (positions freed)
+    exclude: dict[int, frozenset] = {}  # rows drawing again where they took tokens back: those tokens
     for row in rows:
         if row is not None and sampling.row_work:
-            row.can_yield = True
-            row.renew(sampling.row_work)  # the work of a step a row may yield
-    last_raw = None
+            row.can_yield, row.step_work = True, sampling.row_work  # the work of a step a row may yield
+            row.renew()
+    last_raw = grammar_mask = None
+    idle = False  # the step before wrote no token (every row that ran yielded)
+    rolled = False  # a row took a token back in the step before
     for step in range(sampling.max_new_tokens + MAX_YIELDS + 1):
         for r in results:
             if r.status == "running" and len(r.tokens) >= sampling.max_new_tokens:
@@ -216,18 +248,24 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
         running = [r.status == "running" for r in results]
         if not any(running) and not pending:
             break
-        if grammar is not None and any(running):  # the masks, while the model runs
-            grammar.prefetch(running)
-        young = collect_young(rows, concurrent=grammar is not None)
-        out = model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True,
-                    **{cache_arg: cache})
-        cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
-        if young is not None:
-            young.result()
-        raw = out.logits[:, -1, : banned.shape[0]].float()                                      # [B, V]
-        if yielded:  # the forward pass of a yielded step's padding says nothing: the row's last distribution
-            raw[yielded] = last_raw[yielded]
-        last_raw = raw
+        if idle:  # no row wrote a token in the step before: every distribution and mask stands, no forward pass
+            for row in rows:  # (what rows let go of is freed now, outside any check; the collection waits for the
+                if row is not None:  # next forward pass)
+                    row.tidy()
+            raw = last_raw
+        else:
+            if grammar is not None and any(running):  # the masks, while the model runs
+                grammar.prefetch(running)
+            young = collect_young(rows, concurrent=grammar is not None)
+            out = model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True,
+                        **{cache_arg: cache})
+            cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+            if young is not None:
+                young.result()
+            raw = out.logits[:, -1, : banned.shape[0]].float()                                      # [B, V]
+            if yielded:  # the forward pass of a yielded step's padding says nothing: the row's last distribution
+                raw[yielded] = last_raw[yielded]
+            last_raw = raw
         if pending:
             ends = torch.softmax(raw[pending] / max(sampling.temperature, 1e-6), dim=-1)[:, then_id]
             draws = torch.rand(len(pending), generator=generator)
@@ -243,8 +281,15 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
         stats.steps += 1
         if grammar is not None:
             t = time.perf_counter()
-            logits = logits.masked_fill(~grammar.mask(active), float("-inf"))
+            if not idle or rolled:  # (rolled back since the mask was computed: computed again)
+                grammar_mask = grammar.mask(active)
+            logits = logits.masked_fill(~grammar_mask, float("-inf"))
             stats.mask_seconds += time.perf_counter() - t
+        for i, tokens in exclude.items():  # rows that took tokens back draw again without them (if any is left)
+            kept = logits[i].index_fill(0, torch.tensor(sorted(tokens), device=logits.device), float("-inf"))
+            if active[i] and torch.isfinite(kept).any():
+                logits[i] = kept
+        rolled = False
         left = [sampling.max_new_tokens - len(r.tokens) for r in results]  # each row's budget left
         t_step = time.perf_counter()
         forced: dict[int, int] = {}
@@ -267,49 +312,108 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
         logits = _filter(logits, sampling.top_k, sampling.top_p)
         chosen = _draw(logits, generator)
         logp = torch.log_softmax(raw, dim=-1)
-        n_active = 0
+        def decide(i: int, token: int) -> int | None:
+            """Row ``i``'s token this step from its draw ``token``: accepted, redrawn, its planned ending or a scanned
+            candidate (None: none; the row yields if its work is spent, else it takes back its last token or fails)."""
+            logits_i, allowed_i = logits[i], allowed[i]
+            row, r, remaining = rows[i], results[i], left[i]
+            planned = None
+            if row.closes(token) and not row.check(token, remaining) and row.failure is None:
+                plan = row.ending(remaining)  # the model would end the span here: end it the shortest way
+                if plan and torch.isfinite(allowed_i[plan[0]]) and row.check(plan[0], remaining):
+                    planned = plan[0]
+                    stats.closed_by_plan += 1
+            ending_now[i] = planned is not None  # (a row whose ending could not be followed draws again)
+            if planned is not None:
+                return planned
+            before = r.redraws
+            token = _accepted(token, logits_i, row, remaining, generator, r)
+            stats.closed_by_plan += refused[i] < WANDERING <= refused[i] + r.redraws - before
+            refused[i] += r.redraws - before
+            if (token is None and not yielding(row)) or refused[i] >= WANDERING:  # the row has left what the
+                ending_now[i] = token is None or not row.closes(token)  # model knows: its planned ending
+                # (now or next; a row whose work ran out draws again when it is renewed, if it yields)
+            if token is None:
+                plan = row.ending(remaining)
+                ok = plan and torch.isfinite(allowed_i[plan[0]]) and row.check(plan[0], remaining)
+                if ok:
+                    token = plan[0]
+                elif not yielding(row):  # (a row that yields for want of work: the scan's checks would be refused)
+                    token = _scanned(allowed_i, row, remaining, generator)
+            return token
+
+        def undo(i: int) -> bool:
+            """Row ``i`` at a dead end: its last token taken back (its constraint, the grammar, its score, its place
+            in the model's cache); it draws again there in the next step, from that token's distribution without it
+            and without the tokens taken back there before (False: its constraint keeps no history)."""
+            row, r = rows[i], results[i]
+            if not row.undo():
+                trail[i].clear()
+                return False
+            token, raw_i, column, excluded = trail[i].pop()
+            if grammar is not None:
+                grammar.rollback(i)
+            r.tokens.pop()
+            r.logprob -= float(torch.log_softmax(raw_i, -1)[token])
+            attention[i, column] = 0  # the model no longer sees it; the next token takes its position
+            raw[i] = raw_i  # (the distribution the row draws from in the next step: see yielded)
+            exclude[i] = excluded | {token}
+            back[i] += 1
+            left[i] += 1
+            undos[i] += 1
+            stats.undos += 1
+            return True
+
+        decided: dict[int, int | None] = {}
+        for i in range(B):
+            if not active[i]:
+                continue
+            token = forced.get(i, int(chosen[i]))
+            if rows[i] is not None and i not in forced:
+                t = time.perf_counter()
+                token = decide(i, token)
+                spent += time.perf_counter() - t
+            decided[i] = token
+        used = [0] * B  # work units each row has used this step
+        for i in decided:
+            if rows[i] is not None and rows[i].can_yield:
+                used[i] = _used(rows[i], sampling.row_work)
+        if sampling.row_work:  # rows whose work ran out take what the step's other rows left, drawing again
+            pool = sampling.row_work * len(decided) - sum(used)
+            waiting = [i for i, tok in decided.items() if tok is None and yielding(rows[i])
+                       and rows[i].work_left() is not None]
+            while waiting and pool >= MIN_SHARE * len(waiting):
+                share = pool // len(waiting)
+                t = time.perf_counter()
+                for i in waiting:
+                    rows[i].renew(share)
+                    decided[i] = decide(i, int(_draw(logits[i: i + 1], generator)[0]))
+                    more = _used(rows[i], share)
+                    used[i] += more
+                    pool -= more
+                spent += time.perf_counter() - t
+                waiting = [i for i in waiting if decided[i] is None and yielding(rows[i])]
+        n_active = len(decided)
+        wrote = False
         yielded = []
         for i, r in enumerate(results):
             if not active[i]:
                 chosen[i] = stop_id
                 continue
-            n_active += 1
-            token = forced.get(i, int(chosen[i]))
-            row = rows[i]
-            remaining = left[i]
-            if row is not None and i not in forced:
+            token, row = decided[i], rows[i]
+            stalled[i] += used[i]
+            undone = False
+            if token is None and row is not None and row.failure is None and trail[i] and undos[i] < MAX_UNDOS \
+                    and not (yielding(row) and yields[i] < MAX_YIELDS and stalled[i] < WORK_NO_YIELD):
                 t = time.perf_counter()
-                planned = None
-                if row.closes(token) and not row.check(token, remaining) and row.failure is None:
-                    plan = row.ending(remaining)  # the model would end the span here: end it the shortest way
-                    if plan and torch.isfinite(allowed[i, plan[0]]) and row.check(plan[0], remaining):
-                        planned = plan[0]
-                        stats.closed_by_plan += 1
-                ending_now[i] = planned is not None  # (a row whose ending could not be followed draws again)
-                if planned is not None:
-                    token = planned
-                else:
-                    before = r.redraws
-                    token = _accepted(token, logits[i], row, remaining, generator, r)
-                    stats.closed_by_plan += refused[i] < WANDERING <= refused[i] + r.redraws - before
-                    refused[i] += r.redraws - before
-                    if (token is None and not yielding(row)) or refused[i] >= WANDERING:  # the row has left what the
-                        ending_now[i] = token is None or not row.closes(token)  # model knows: its planned ending
-                        # (now or next; a row whose work ran out draws again next step, if it yields)
-                if token is None:
-                    plan = row.ending(remaining)
-                    ok = plan and torch.isfinite(allowed[i, plan[0]]) and row.check(plan[0], remaining)
-                    if ok:
-                        token = plan[0]
-                    elif not yielding(row):  # (a row that yields for want of work: the scan's checks would be refused)
-                        token = _scanned(allowed[i], row, remaining, generator)
+                undone = rolled = undo(i)  # a dead end: the row takes back its last token and draws again there
                 spent += time.perf_counter() - t
-            if token is None and row is not None and row.can_yield and row.spent() and yields[i] < MAX_YIELDS \
-                    and stalled[i] * sampling.row_work < WORK_NO_YIELD:
-                yields[i] += 1
-                stalled[i] += 1  # the row's work for the step is spent before a token was decided: it writes nothing
+            if token is None and row is not None and yields[i] < MAX_YIELDS and (undone or (
+                    yielding(row) and stalled[i] < WORK_NO_YIELD)):
+                yields[i] += 1  # the row's work for the step is spent before a token was decided: it writes nothing
                 stats.yields += 1  # and draws again in the next step, where its ending search goes on
-                row.renew(sampling.row_work)
+                row.renew()
+                stalled[i] = 0 if undone else stalled[i]
                 yielded.append(i)
                 chosen[i] = pad_id
                 continue
@@ -319,8 +423,14 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
                 continue
             chosen[i] = token
             stalled[i] = 0
+            wrote = True
+            excluded = exclude.pop(i, frozenset())
             r.tokens.append(token)
             r.logprob += float(logp[i, token])
+            if row is not None and token != stop_id:  # what undo needs to draw this token again
+                trail[i].append((token, raw[i], attention.shape[1], excluded))
+                if len(trail[i]) > UNDO_DEPTH:
+                    del trail[i][0]
             if grammar is not None:
                 grammar.advance(i, token)
             if row is not None:
@@ -339,11 +449,18 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
             stats.worst_step_row_seconds = max(stats.worst_step_row_seconds, spent / n_active)
         if all(r.status != "running" for r in results) and not pending:
             break
+        idle = not wrote  # no row wrote a token: the next step needs no forward pass (every distribution stands)
+        if idle:
+            stats.idle_steps += 1
+            continue
         ids = chosen.to(device)[:, None]
         real = torch.ones(B, 1, dtype=attention.dtype, device=device)
         real[yielded] = 0  # a yielded row's padding is masked out; its next token takes the next position
         attention = torch.cat([attention, real], dim=1)
         positions = positions[:, -1:] + real
+        if any(back):  # rows that took tokens back: their next token takes the first position freed
+            positions = positions - torch.tensor(back, dtype=positions.dtype, device=device)[:, None]
+            back = [0] * B
     for r in results:
         if r.status == "running":
             r.status = "budget"
@@ -399,6 +516,15 @@ def _accepted(token: int, logits: torch.Tensor, row: RowConstraint, remaining: i
         if yielding(row):
             return None
     return None
+
+
+def _used(row: RowConstraint, given: int) -> int:
+    """The work units ``row`` has used of the ``given`` it was renewed with (all of them, for a row that does not
+    count its work and has spent it)."""
+    left = row.work_left()
+    if left is None:
+        return given if row.spent() else 0
+    return max(given - left, 0)
 
 
 def yielding(row: RowConstraint) -> bool:
