@@ -382,9 +382,8 @@ class SmilesRow(RowConstraint):
             return self._store(key, found, remaining, complete=found is not None or work is None or work[0] > 0)
         entry = self._searches.get((key, remaining))  # a row that yields: the search goes on where it stopped
         if entry is None:
-            if len(self._searches) >= MAX_SEARCHES:  # the oldest candidate's search is let go of (not the state's)
-                oldest = next(k for k in self._searches if k[0][0] != self.smiles)
-                self._let_go(self._searches.pop(oldest))
+            if len(self._searches) >= MAX_SEARCHES:  # the oldest candidate's search is let go of
+                self._let_go(self._searches.pop(next(iter(self._searches))))
             entry = self._searches[(key, remaining)] = [plan_search(state, limit, nodes, 30, work), 0]
         if entry[0] is None:
             return None  # given up: it took ENDING_WORK
@@ -555,8 +554,6 @@ class SmilesRow(RowConstraint):
             return False
         near = remaining - 1 <= need + WINDOW  # near the budget: a planned ending must fit after this token
         if near or self._risky(trial, token):  # or the token may lead where no ending is left
-            if not self._planned and self._refusals:  # a row with refusals plans its own state first: candidates
-                self.ending(remaining)  # reuse that plan, and the row follows it once its draws keep being refused
             plan = self._reuse(token, trial, remaining - 1)
             if plan is None:
                 if work[0] <= 0:
