@@ -145,19 +145,6 @@ class GrammarRows:
         words = torch.from_numpy(bitmask).to(self.device)                                # [B, W]
         return ((words[:, :, None] >> self._bits) & 1).flatten(1)[:, : self.rows].bool()  # [B, V]
 
-    def row_mask(self, row: int) -> torch.Tensor:
-        """bool [V]: :meth:`mask` of one running row, now."""
-        from llguidance.numpy import fill_next_token_bitmask
-
-        bitmask = np.zeros((1, self.words), dtype=np.int32)
-        m = self.matchers[row]
-        fill_next_token_bitmask(m, bitmask, 0)
-        if m.is_accepting():
-            stop_word, stop_bit = divmod(self.stop_id, 32)
-            bitmask[0, stop_word] |= np.uint32(1 << stop_bit).view(np.int32)
-        words = torch.from_numpy(bitmask).to(self.device)
-        return ((words[:, :, None] >> self._bits) & 1).flatten(1)[0, : self.rows].bool()
-
     def rollback(self, row: int) -> None:
         """Take back the last token :meth:`advance` gave ``row``."""
         m = self.matchers[row]
