@@ -113,6 +113,7 @@ class GrammarRows:
         self.stop_id, self.rows, self.device = stop_id, vocab_rows, device
         self.words = (vocab_rows + 31) // 32
         self._pending = None  # (active rows, future) of a prefetched mask
+        self._consumed = [[] for _ in self.matchers]  # per row: whether each token advance gave it was consumed
         self._bits = torch.arange(32, dtype=torch.int32, device=device)
 
     def prefetch(self, active: list[bool]) -> None:
@@ -148,14 +149,17 @@ class GrammarRows:
     def rollback(self, row: int) -> None:
         """Take back the last token :meth:`advance` gave ``row``."""
         m = self.matchers[row]
-        m.rollback(1)
+        if self._consumed[row].pop():  # (a token the matcher did not consume has nothing to roll back)
+            m.rollback(1)
         if m.is_error():
             raise RuntimeError(f"grammar rollback failed: {m.get_error()}")
 
     def advance(self, row: int, token: int) -> None:
         m = self.matchers[row]
-        if token != self.stop_id and not m.is_stopped() and not m.is_error():
+        consumed = token != self.stop_id and not m.is_stopped() and not m.is_error()
+        if consumed:
             m.consume_token(token)
+        self._consumed[row].append(consumed)
 
     def accepting(self, row: int) -> bool:
         m = self.matchers[row]
