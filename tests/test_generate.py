@@ -522,3 +522,51 @@ def test_draws_follow_the_distribution_and_never_take_a_masked_token():
     first = torch.bincount(tokens[:, 0], minlength=5).float() / 10000
     assert torch.allclose(first, torch.softmax(logits[0], -1), atol=0.015), first
     assert first[1] == 0 and first[4] == 0 and (tokens[:, 1] == 2).all()
+
+
+def test_a_row_that_yields_decides_the_same_draw_before_drawing_again():
+    """Rejection sampling stays exact when a check takes more than a step's work: a row that yields checks the same
+    draw again in the next step (its search going on) instead of drawing afresh, which would favour the tokens that
+    are cheap to check. Two equally likely tokens, one decided at once, the other after three steps' work: each is
+    written by about half the rows."""
+    import torch
+
+    from logos.decoding.rows import RowConstraint
+    from logos.decoding.sampler import StepStats, sample_batch
+
+    class Fixed(torch.nn.Module):  # the same distribution at every position: tokens 0 and 1 equally likely
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=True, past_key_values=None):
+            logits = torch.full((input_ids.shape[0], input_ids.shape[1], 4), -30.0)
+            logits[..., :2] = 0.0
+            return type("Out", (), {"logits": logits, "past_key_values": None})()
+
+    class Slow(RowConstraint):  # token 0 is accepted once checked in three steps, token 1 at once
+        def __init__(self):
+            self.tries, self.out = 0, False
+
+        def check(self, token, remaining):
+            if token == 1:
+                return True
+            self.tries += 1
+            self.out = self.tries < 3
+            return not self.out
+
+        def spent(self):
+            return self.out
+
+        def renew(self, work=None):
+            self.out = False
+
+    n = 400
+    banned = torch.tensor([False, False, True, True])
+    stats = StepStats()
+    out = sample_batch(Fixed(), [[3]] * n, 3, 2, banned, Sampling(max_new_tokens=1, row_work=8),
+                       torch.Generator().manual_seed(0), rows=[Slow() for _ in range(n)], stats=stats)
+    written = [r.tokens for r in out]
+    assert all(len(w) == 1 for w in written) and stats.yields > 0
+    zeros = sum(w[0] == 0 for w in written)
+    assert abs(zeros / n - 0.5) < 0.08, zeros  # (drawn afresh after each yield: about 1 in 8)

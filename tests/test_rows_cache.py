@@ -26,7 +26,7 @@ from logos.decoding.chemistry import SmilesError, SmilesState
 from logos.decoding.constraints import TokenTable
 from logos.decoding.ending import plan_ending
 from logos.decoding.rows import WORK_NO_YIELD, RowConstraint, SmilesRow, SmilesVocab
-from logos.decoding.sampler import RowResult, _accepted
+from logos.decoding.sampler import RowResult, _redrawn
 
 TOKENIZER = REPO / "tokenizers" / "default"
 REAL = ["CC(=O)Oc1ccccc1C(=O)O", "Cc1ccc(NC(=O)C2CCN(c3ncccn3)CC2)cc1C", "O=C(NCc1ccco1)c1ccc2c(c1)OCO2",
@@ -213,7 +213,8 @@ def test_redraws_sample_the_restricted_distribution():
     n = 4000
     for _ in range(n):
         first = int(torch.multinomial(torch.softmax(logits, -1), 1, generator=generator))
-        counts[_accepted(first, logits, row, 10, generator, RowResult())] += 1
+        token = first if row.check(first) else _redrawn(first, logits, row, 10, generator, RowResult())[0]
+        counts[token] += 1
     assert counts[0] == counts[2] == 0
     expected = torch.tensor([0.25, 0.15, 0.10]) / 0.5
     assert torch.allclose(counts[[1, 3, 4]] / n, expected, atol=0.03), counts

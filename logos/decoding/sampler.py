@@ -20,9 +20,9 @@ step; left padding, explicit position ids), then
    microseconds) a step's rows share ``row_work`` units each: every row gets its own first, and rows still
    undecided then take, in turns, what the others left. A row that finds none left before its token is
    decided *yields* the step: it writes a padding token that the attention mask hides and that takes no
-   position, keeps its distribution (the logits of its last real step) and draws again in the next step,
-   where its constraint goes on with the search it was in (at most ``MAX_YIELDS`` steps a row, and
-   ``WORK_NO_YIELD`` units for one token). A step in which no row wrote a token is followed by one without a
+   position, keeps its distribution (the logits of its last real step) and in the next step checks the same
+   draw again, its constraint going on with the search it was in (at most ``MAX_YIELDS`` steps a row, and
+   ``WORK_NO_YIELD`` units for one token; a fresh draw would favour the tokens that are cheap to check). A step in which no row wrote a token is followed by one without a
    forward pass (every distribution stands): a lone row at the tail of its batch pays only for its own work.
    With ``row_work=0`` a row does up to ``WORK_NO_YIELD`` units a step, after which it accepts only its
    planned ending's next token.
@@ -234,6 +234,7 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
     undos = [0] * B           # tokens each row has taken back
     back = [0] * B            # tokens each row has taken back this step (positions freed)
     exclude: dict[int, frozenset] = {}  # rows drawing again where they took tokens back: those tokens
+    undecided: dict[int, int] = {}  # rows that yielded with a draw their constraint had not decided: that draw
     for row in rows:
         if row is not None and sampling.row_work:
             row.can_yield, row.step_work = True, sampling.row_work  # the work of a step a row may yield
@@ -312,22 +313,27 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
         logits = _filter(logits, sampling.top_k, sampling.top_p)
         chosen = _draw(logits, generator)
         logp = torch.log_softmax(raw, dim=-1)
-        def decide(i: int, token: int) -> int | None:
-            """Row ``i``'s token this step from its draw ``token``: accepted, redrawn, its planned ending or a scanned
-            candidate (None: none; the row yields if its work is spent, else it takes back its last token or fails)."""
-            logits_i, allowed_i = logits[i], allowed[i]
+        def decide(i: int, token: int, ok: bool | None = None) -> int | None:
+            """Row ``i``'s token this step from its draw ``token`` (``ok``: its check, if made): accepted, redrawn, its
+            planned ending or a scanned candidate (None: none; the row yields if its work is spent, else it takes back
+            its last token or fails)."""
             row, r, remaining = rows[i], results[i], left[i]
+            if ok is None:
+                ok = row.check(token, remaining)
             planned = None
-            if row.closes(token) and not row.check(token, remaining) and row.failure is None:
+            if not ok and row.closes(token) and row.failure is None:
                 plan = row.ending(remaining)  # the model would end the span here: end it the shortest way
-                if plan and torch.isfinite(allowed_i[plan[0]]) and row.check(plan[0], remaining):
+                if plan and torch.isfinite(allowed[i, plan[0]]) and row.check(plan[0], remaining):
                     planned = plan[0]
                     stats.closed_by_plan += 1
             ending_now[i] = planned is not None  # (a row whose ending could not be followed draws again)
             if planned is not None:
                 return planned
             before = r.redraws
-            token = _accepted(token, logits_i, row, remaining, generator, r)
+            if not ok:
+                token, last = _redrawn(token, logits[i], row, remaining, generator, r)
+                if token is None and yielding(row):  # undecided for want of work: checked first when the row
+                    undecided[i] = last  # has work again (a fresh draw would favour the tokens cheap to check)
             stats.closed_by_plan += refused[i] < WANDERING <= refused[i] + r.redraws - before
             refused[i] += r.redraws - before
             if (token is None and not yielding(row)) or refused[i] >= WANDERING:  # the row has left what the
@@ -335,11 +341,10 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
                 # (now or next; a row whose work ran out draws again when it is renewed, if it yields)
             if token is None:
                 plan = row.ending(remaining)
-                ok = plan and torch.isfinite(allowed_i[plan[0]]) and row.check(plan[0], remaining)
-                if ok:
+                if plan and torch.isfinite(allowed[i, plan[0]]) and row.check(plan[0], remaining):
                     token = plan[0]
                 elif not yielding(row):  # (a row that yields for want of work: the scan's checks would be refused)
-                    token = _scanned(allowed_i, row, remaining, generator)
+                    token = _scanned(allowed[i], row, remaining, generator)
             return token
 
         def undo(i: int) -> bool:
@@ -358,22 +363,30 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
             attention[i, column] = 0  # the model no longer sees it; the next token takes its position
             raw[i] = raw_i  # (the distribution the row draws from in the next step: see yielded)
             exclude[i] = excluded | {token}
+            undecided.pop(i, None)
             back[i] += 1
             left[i] += 1
             undos[i] += 1
             stats.undos += 1
             return True
 
+        drawn = chosen.tolist()
+        for i, token in undecided.items():
+            drawn[i] = token
+        undecided.clear()
+        checking = [i for i in range(B) if active[i] and rows[i] is not None and i not in forced]
+        t = time.perf_counter()
+        checked = [rows[i].check(drawn[i], left[i]) for i in checking]  # the draws' checks one after another: the
+        spent += time.perf_counter() - t  # constraint code stays in the core's caches (interleaved with tensor
+        # operations, each check ran at a fraction of its speed)
         decided: dict[int, int | None] = {}
         for i in range(B):
-            if not active[i]:
-                continue
-            token = forced.get(i, int(chosen[i]))
-            if rows[i] is not None and i not in forced:
-                t = time.perf_counter()
-                token = decide(i, token)
-                spent += time.perf_counter() - t
-            decided[i] = token
+            if active[i]:
+                decided[i] = forced.get(i, drawn[i])
+        for i, ok in zip(checking, checked):
+            t = time.perf_counter()
+            decided[i] = decide(i, drawn[i], ok)
+            spent += time.perf_counter() - t
         used = [0] * B  # work units each row has used this step
         for i in decided:
             if rows[i] is not None and rows[i].can_yield:
@@ -387,7 +400,8 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
                 t = time.perf_counter()
                 for i in waiting:
                     rows[i].renew(share)
-                    decided[i] = decide(i, int(_draw(logits[i: i + 1], generator)[0]))
+                    token = undecided.pop(i) if i in undecided else int(_draw(logits[i: i + 1], generator)[0])
+                    decided[i] = decide(i, token)
                     more = _used(rows[i], share)
                     used[i] += more
                     pool -= more
@@ -443,6 +457,8 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
                 r.status = "done"
                 if then_id is not None:
                     pending.append(i)
+        for i in [i for i in undecided if i not in yielded]:  # (a row that wrote or ended has no draw pending)
+            del undecided[i]
         stats.check_seconds += spent
         stats.row_steps += n_active - len(yielded)  # (a yielded step is no row-step: the mean is per token written)
         if n_active:
@@ -483,18 +499,16 @@ def _cache_argument(model) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-def _accepted(token: int, logits: torch.Tensor, row: RowConstraint, remaining: int, generator: torch.Generator,
-              result: RowResult) -> int | None:
-    """The row's draw if its constraint accepts it, else a redraw without the refused tokens (None: ``MAX_REDRAWS``
-    redraws refused, or nothing left to draw).
+def _redrawn(token: int, logits: torch.Tensor, row: RowConstraint, remaining: int, generator: torch.Generator,
+             result: RowResult) -> tuple[int | None, int]:
+    """For a row whose draw ``token`` its constraint refused: a redraw without the refused tokens (None: ``MAX_REDRAWS``
+    redraws refused, nothing left to draw, or the row's work spent), and the last token checked.
 
     Redraws come from the top-k/top-p set, less the tokens the row surely refuses (:meth:`RowConstraint.possible`):
     rejection sampling of the model's distribution restricted to accepted tokens.
     """
-    if row.check(token, remaining):
-        return token
     if yielding(row):
-        return None  # its work for the step is spent: every redraw would be refused (the engine yields the row)
+        return None, token  # its work is spent: every redraw would be refused (the row yields)
     probs = torch.softmax(logits.double(), -1).numpy().copy()  # once; each redraw zeroes the refused token
     possible = row.possible()  # the tokens the row does not surely refuse: the others are dropped at once
     if possible is not None:
@@ -512,10 +526,10 @@ def _accepted(token: int, logits: torch.Tensor, row: RowConstraint, remaining: i
         while probs[token] == 0.0:  # rounding at the very top of the last interval
             token -= 1
         if row.check(token, remaining):
-            return token
+            return token, token
         if yielding(row):
-            return None
-    return None
+            return None, token
+    return None, token
 
 
 def _used(row: RowConstraint, given: int) -> int:
