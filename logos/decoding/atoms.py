@@ -47,6 +47,7 @@ def _max_valence(symbol: str, charge: int) -> int:
     return _valences(symbol, charge)[-1]
 
 
+@functools.lru_cache(maxsize=8192)
 def _bracket_prefix(text: str) -> bool:
     """Whether ``text`` can still grow into a valid bracket atom (a real element, bounded digits)."""
     import regex

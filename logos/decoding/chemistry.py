@@ -31,6 +31,7 @@ the caller, and the rate is reported.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -256,50 +257,18 @@ class SmilesState:
             self._add_atom(_Atom(ORGANIC[ch], valences=_valences(ch, 0)))
 
     def _bracket(self, text: str) -> None:
-        m = _BRACKET.fullmatch(text)
-        if not m:
-            raise SmilesError(f"bad bracket atom {text!r}")
-        symbol, hydrogens, charge_text = m.group(2), m.group(4), m.group(5)
-        h = 0 if not hydrogens else int(hydrogens[1:] or 1)
-        charge = 0
-        for part in _CHARGE.findall(charge_text or ""):
-            charge += (2 if part in ("++", "--") else int(part[1:] or 1)) * (1 if part[0] == "+" else -1)
-        aromatic = symbol[0].islower()
-        if symbol == "*":
-            valences = (99,)
-        elif aromatic:
-            if symbol not in AROMATIC:
-                raise SmilesError(f"{symbol!r} cannot be aromatic")
-            valences = _valences(AROMATIC[symbol][0], charge)
-        else:
-            valences = _valences(symbol, charge)
-        atom = _Atom(valences[-1], used=h, aromatic=aromatic, max_degree=AROMATIC[symbol][1] if aromatic else 99,
-                     valences=valences)
-        if atom.free < 0:
-            raise SmilesError(f"{text} has more hydrogens than its valence allows")
-        self._add_atom(atom)
+        self._add_atom(_bracket_atom(text).copy())
 
     def _bracket_can_end(self, head: str) -> bool:
-        """Whether the bracket atom begun as ``head`` (no atom map) can still end as a valid, bondable atom.
-
-        Tries the endings a valid atom could still have (a second element letter, a charge); a head that no
-        ending completes yet (an isotope, a chirality class half written) is judged at a later character.
-        """
-        heads = [head] + ([head + c for c in "abcdefghiklmnoprstuy"] if re.fullmatch(r"\[\d{0,3}[A-Z]", head) else [])
-        charged = any(c in head[2:] for c in "+-")
-        endings = ("]",) if charged else ("]", "+]", "-]", "+2]", "-2]", "+3]", "-3]")
-        judged = False
-        for h in heads:
-            for ending in endings:
-                if _BRACKET.fullmatch(h + ending) is None:
-                    continue
-                judged = True
-                try:
-                    self.copy()._bracket(h + ending)
-                    return True
-                except SmilesError:
-                    continue
-        return not judged
+        """Whether the bracket atom begun as ``head`` (no atom map) can still end as a valid, bondable atom: one of
+        the atoms its possible endings give (:func:`_bracket_endings`) can bond to the current atom."""
+        judged, free = _bracket_endings(head)
+        if not judged:
+            return True
+        if self.current is None:
+            return free >= 0 and self.bond is None
+        order = self.bond if self.bond is not None else 1
+        return free >= order and self.atoms[self.current].free >= order
 
     def _add_atom(self, atom: _Atom) -> None:
         index = len(self.atoms)
@@ -502,3 +471,52 @@ class SmilesState:
             else:
                 return None
         return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _bracket_atom(text: str) -> _Atom:
+    """The atom a whole bracket atom ``text`` writes, before any bond (SmilesError if none: a bad element, charge or
+    hydrogen count). Shared: callers copy it."""
+    m = _BRACKET.fullmatch(text)
+    if not m:
+        raise SmilesError(f"bad bracket atom {text!r}")
+    symbol, hydrogens, charge_text = m.group(2), m.group(4), m.group(5)
+    h = 0 if not hydrogens else int(hydrogens[1:] or 1)
+    charge = 0
+    for part in _CHARGE.findall(charge_text or ""):
+        charge += (2 if part in ("++", "--") else int(part[1:] or 1)) * (1 if part[0] == "+" else -1)
+    aromatic = symbol[0].islower()
+    if symbol == "*":
+        valences = (99,)
+    elif aromatic:
+        if symbol not in AROMATIC:
+            raise SmilesError(f"{symbol!r} cannot be aromatic")
+        valences = _valences(AROMATIC[symbol][0], charge)
+    else:
+        valences = _valences(symbol, charge)
+    atom = _Atom(valences[-1], used=h, aromatic=aromatic, max_degree=AROMATIC[symbol][1] if aromatic else 99,
+                 valences=valences)
+    if atom.free < 0:
+        raise SmilesError(f"{text} has more hydrogens than its valence allows")
+    return atom
+
+
+@functools.lru_cache(maxsize=4096)
+def _bracket_endings(head: str) -> tuple[bool, int]:
+    """For a bracket atom begun as ``head``: whether an ending a valid atom could still have (a second element letter,
+    a charge) completes it, and the largest free valence among the atoms those endings give (-1: none is valid). A
+    head that no ending completes yet (an isotope, a chirality class half written) is judged at a later character."""
+    heads = [head] + ([head + c for c in "abcdefghiklmnoprstuy"] if re.fullmatch(r"\[\d{0,3}[A-Z]", head) else [])
+    charged = any(c in head[2:] for c in "+-")
+    endings = ("]",) if charged else ("]", "+]", "-]", "+2]", "-2]", "+3]", "-3]")
+    judged, free = False, -1
+    for h in heads:
+        for ending in endings:
+            if _BRACKET.fullmatch(h + ending) is None:
+                continue
+            judged = True
+            try:
+                free = max(free, _bracket_atom(h + ending).free)
+            except SmilesError:
+                continue
+    return judged, free

@@ -78,7 +78,11 @@ MARGIN = 2       # follow the planned ending when the budget left is its length 
 WORK_PER_STEP = 32   # work units (ending.cost: ~5-15 us each) per step of a row that yields, unless its engine says
 WORK_NO_YIELD = 512  # the same for a row that does not yield: then it accepts only its planned ending's next token
 ENDING_WORK = 400    # the most work one ending search takes (in one step, or over the steps a row yields)
+QUICK_WORK = 64      # ... and, for a row that yields, one for a candidate far from the budget (a token whose ending
+# is that hard to find is refused: the model has other tokens there; deciding it over a dozen steps cost more than
+# the rare valid token was worth)
 MAX_SEARCHES = 8     # ending searches a row that yields keeps paused (the newest candidates')
+TRIALS = 20_000  # states after a piece kept for the rows of a vocabulary (the shared prefixes of a batch and its run)
 UNDO_DEPTH = 8       # tokens a row can take back (:meth:`SmilesRow.undo`: the states before them, kept, not copied)
 WANDERING = 6    # refusals after which RDKit also checks each planned molecule ...
 RDKIT_ATOMS = 40  # ... of up to this many atoms (larger ones cost RDKit about a millisecond: read once they end)
@@ -156,6 +160,8 @@ class SmilesVocab:
                 self.piece[t] = i
         self.longest = max(map(len, self.piece), default=1)
         self.plans: dict[tuple[str, bool], tuple[tuple[int, ...] | None, int]] = {}  # span text -> planned ending
+        self.trials: dict[tuple[str, int], SmilesState | None] = {}  # (span text, piece) -> the state after it (None:
+        # refused); rows share it, as they share early prefixes (states are never changed once fed: see check)
         self._classify()
 
     # first characters of a piece, by what they need of the state before them (no character pending)
@@ -370,7 +376,8 @@ class SmilesRow(RowConstraint):
         the state): a plan found fits any larger budget, a failure any smaller one (a search cut short by
         ``work``, the row's work left this step, is not remembered). A row that can yield keeps a search cut short
         and returns :data:`~logos.decoding.ending.PAUSED`: it goes on in the next call for the same text, until it
-        has taken ``ENDING_WORK`` in all (then None).
+        has taken ``ENDING_WORK`` in all (``QUICK_WORK`` for a ``quick`` search: a candidate far from the budget), then
+        None.
         """
         key = (text, quick) if text is not None else None
         known = self._known(key, remaining)
@@ -386,12 +393,12 @@ class SmilesRow(RowConstraint):
                 self._let_go(self._searches.pop(next(iter(self._searches))))
             entry = self._searches[(key, remaining)] = [plan_search(state, limit, nodes, 30, work), 0]
         if entry[0] is None:
-            return None  # given up: it took ENDING_WORK
+            return None  # given up: it took ENDING_WORK (QUICK_WORK)
         before = work[0]
         found = run_search(entry[0])
         entry[1] += before - work[0]
         if found is PAUSED:
-            if entry[1] < ENDING_WORK:
+            if entry[1] < (QUICK_WORK if quick else ENDING_WORK):
                 return PAUSED
             entry[0] = found = None
         return self._store(key, found, remaining, complete=entry[0] is not None)
@@ -542,11 +549,19 @@ class SmilesRow(RowConstraint):
         fresh = work[0] >= self._given  # nothing spent since the row's work was renewed (a row that yields)
         if work[0] <= 0 and (self.can_yield or not (self._planned and self._plan and self._plan[0] == token)):
             return False  # the row's work for this step is spent: it yields, or takes its planned ending's next token
-        work[0] -= cost(state)
-        trial = state.copy()
-        try:
-            trial.feed(vocab.text[token])
-        except SmilesError:
+        work[0] -= cost(state)  # (charged on a known trial too: the row's verdicts never depend on what others did)
+        key = (self.smiles, token)
+        trial = vocab.trials.get(key, False)
+        if trial is False:
+            trial = state.copy()
+            try:
+                trial.feed(vocab.text[token])
+            except SmilesError:
+                trial = None
+            if len(vocab.trials) >= TRIALS:
+                vocab.trials.clear()
+            vocab.trials[key] = trial
+        if trial is None:
             self._refusals += 1
             return False
         need = trial.lower_bound() + 1  # at least the closing tag
