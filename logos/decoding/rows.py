@@ -75,7 +75,7 @@ __all__ = ["RowConstraint", "SmilesRow", "CompositionRow", "CopyRow", "SmilesVoc
 
 WINDOW = 8       # within this many tokens of what an ending needs at least, every token must keep a planned ending
 MARGIN = 2       # follow the planned ending when the budget left is its length plus this
-WORK_PER_STEP = 32   # work units (ending.cost: ~5-15 us each) per step of a row that yields, unless its engine says
+WORK_PER_STEP = 16   # work units (ending.cost: ~10-25 us each) per step of a row that yields, unless its engine says
 WORK_NO_YIELD = 512  # the same for a row that does not yield: then it accepts only its planned ending's next token
 ENDING_WORK = 400    # the most work one ending search takes (in one step, or over the steps a row yields)
 QUICK_WORK = 64      # ... and, for a row that yields, one for a candidate far from the budget (a token whose ending

@@ -16,14 +16,15 @@ step; left padding, explicit position ids), then
    checked and the row draws among those accepted.
 
    The work of the checks is bounded per step (state updates, planner moves, RDKit checks, counted in
-   units: :func:`~logos.decoding.ending.cost`). By default (``Sampling.row_work``, 32 units, a few hundred
+   units: :func:`~logos.decoding.ending.cost`). By default (``Sampling.row_work``, 16 units, a few hundred
    microseconds) a step's rows share ``row_work`` units each: every row gets its own first, and rows still
    undecided then take, in turns, what the others left. A row that finds none left before its token is
    decided *yields* the step: it writes a padding token that the attention mask hides and that takes no
    position, keeps its distribution (the logits of its last real step) and in the next step checks the same
-   draw again, its constraint going on with the search it was in (at most ``MAX_YIELDS`` steps a row, and
-   ``WORK_NO_YIELD`` units for one token; a fresh draw would favour the tokens that are cheap to check). A step in which no row wrote a token is followed by one without a
-   forward pass (every distribution stands): a lone row at the tail of its batch pays only for its own work.
+   draw again, its constraint going on with the search it was in (a fresh draw would favour the tokens that are
+   cheap to check). A row yields at most ``YIELD_WORK`` units' worth of steps in all, and ``WORK_NO_YIELD`` units
+   for one token. A step in which no row wrote a token is followed by one without a forward pass (every
+   distribution stands): a lone row at the tail of its batch pays only for its own work.
    With ``row_work=0`` a row does up to ``WORK_NO_YIELD`` units a step, after which it accepts only its
    planned ending's next token.
 
@@ -76,8 +77,9 @@ NOT_WHOLE = "not-whole"  # a finished row the model would not end the document a
 WANDERING = 8     # draws refused in one span after which the row follows its planned ending (below)
 MAX_REDRAWS = 16  # per row and step; then the planned ending, and without one the likeliest candidates ...
 MAX_SCAN = 64     # ... up to this many (grammar-allowed, before top-k/top-p) are checked
-MAX_YIELDS = 128  # steps a row may yield in all (its constraint's work for the step spent; see below), and for
-# one token until it has used the work a row that does not yield gets for it (WORK_NO_YIELD; then it fails)
+YIELD_WORK = 4096  # work units' worth of steps a row may yield in all (YIELD_WORK // row_work steps; its
+# constraint's work for the step spent: see below), and for one token until it has used the work a row that does not
+# yield gets for it (WORK_NO_YIELD; then it fails)
 MIN_SHARE = 8     # work units: a step's rows that ran out of work share what the others left while each gets this
 MAX_UNDOS = 16    # tokens a row may take back in all (a dead end: see undo below), UNDO_DEPTH at most in a row
 
@@ -242,7 +244,8 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
     last_raw = grammar_mask = None
     idle = False  # the step before wrote no token (every row that ran yielded)
     rolled = False  # a row took a token back in the step before
-    for step in range(sampling.max_new_tokens + MAX_YIELDS + 1):
+    max_yields = YIELD_WORK // max(sampling.row_work, 1)
+    for step in range(sampling.max_new_tokens + max_yields + 1):
         for r in results:
             if r.status == "running" and len(r.tokens) >= sampling.max_new_tokens:
                 r.status = "budget"
@@ -275,7 +278,7 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
                     results[i].status = NOT_WHOLE
             stats.end_draws += len(pending)
             pending = []
-        if not any(running) or step == sampling.max_new_tokens + MAX_YIELDS:
+        if not any(running) or step == sampling.max_new_tokens + max_yields:
             break
         active = running
         logits = (raw / max(sampling.temperature, 1e-6)).masked_fill(banned, float("-inf"))
@@ -418,11 +421,11 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
             stalled[i] += used[i]
             undone = False
             if token is None and row is not None and row.failure is None and trail[i] and undos[i] < MAX_UNDOS \
-                    and not (yielding(row) and yields[i] < MAX_YIELDS and stalled[i] < WORK_NO_YIELD):
+                    and not (yielding(row) and yields[i] < max_yields and stalled[i] < WORK_NO_YIELD):
                 t = time.perf_counter()
                 undone = rolled = undo(i)  # a dead end: the row takes back its last token and draws again there
                 spent += time.perf_counter() - t
-            if token is None and row is not None and yields[i] < MAX_YIELDS and (undone or (
+            if token is None and row is not None and yields[i] < max_yields and (undone or (
                     yielding(row) and stalled[i] < WORK_NO_YIELD)):
                 yields[i] += 1  # the row's work for the step is spent before a token was decided: it writes nothing
                 stats.yields += 1  # and draws again in the next step, where its ending search goes on
