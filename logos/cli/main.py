@@ -475,8 +475,8 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=1.0, help="1.0: off")
     p.add_argument("--max-new-tokens", type=int, default=0, help="length budget (0: the task's default); near it "
                                                                   "only closing moves are allowed")
-    p.add_argument("--row-work", type=int, default=16, metavar="UNITS",
-                   help="a bound on the constraint work per row and step (16: a few hundred microseconds; a step's "
+    p.add_argument("--row-work", type=int, default=32, metavar="UNITS",
+                   help="a bound on the constraint work per row and step (32: a few hundred microseconds; a step's "
                         "rows share it): a row that finds none left writes nothing that step and checks the same "
                         "draw in the next; 0: a looser bound per row (512 units), after which a row follows its "
                         "planned ending")

@@ -36,8 +36,9 @@ and a vLLM logits processor (one object per request):
     (write nothing, keep its distribution for the next step: the built-in loop, ``Sampling.row_work`` units a
     step) sets ``can_yield`` and ``step_work``: the row then refuses every token once its work is spent, and its
     ending searches go on where they stopped, in the same step if the engine gives it more (what other rows left)
-    or in the next; the first check after a renewal may also take RDKit's check of a planned molecule whatever its
-    size. Otherwise (vLLM, which writes a token for every request in every step, and the built-in loop with
+    or in the next (the engine checks the same token again: rejection sampling needs each draw decided); the
+    first check after a renewal may also take RDKit's check of a planned molecule whatever its size (unless an
+    ending search took work before it). Otherwise (vLLM, which writes a token for every request in every step, and the built-in loop with
     ``row_work=0``) a spent row accepts only its planned ending's next token, and an ending search may spend
     ``ENDING_WORK`` in one step.
 ``undo() -> bool``
@@ -75,7 +76,7 @@ __all__ = ["RowConstraint", "SmilesRow", "CompositionRow", "CopyRow", "SmilesVoc
 
 WINDOW = 8       # within this many tokens of what an ending needs at least, every token must keep a planned ending
 MARGIN = 2       # follow the planned ending when the budget left is its length plus this
-WORK_PER_STEP = 16   # work units (ending.cost: ~10-25 us each) per step of a row that yields, unless its engine says
+WORK_PER_STEP = 32   # work units (ending.cost: ~10-25 us each) per step of a row that yields, unless its engine says
 WORK_NO_YIELD = 512  # the same for a row that does not yield: then it accepts only its planned ending's next token
 ENDING_WORK = 400    # the most work one ending search takes (in one step, or over the steps a row yields)
 QUICK_WORK = 64      # ... and, for a row that yields, one for a candidate far from the budget (a token whose ending
@@ -546,7 +547,8 @@ class SmilesRow(RowConstraint):
         if not vocab.smiles[token]:
             return False
         work = self._work
-        fresh = work[0] >= self._given  # nothing spent since the row's work was renewed (a row that yields)
+        start = work[0]
+        fresh = start >= self._given  # nothing spent since the row's work was renewed (a row that yields)
         if work[0] <= 0 and (self.can_yield or not (self._planned and self._plan and self._plan[0] == token)):
             return False  # the row's work for this step is spent: it yields, or takes its planned ending's next token
         work[0] -= cost(state)  # (charged on a known trial too: the row's verdicts never depend on what others did)
@@ -584,9 +586,10 @@ class SmilesRow(RowConstraint):
                     not near and (trial.pending not in ("", "C", "B") or self._refusals >= WANDERING))):
                 ending = "".join(vocab.text[t] for t in plan[:-1])
                 charge = _rdkit_cost(trial)
-                if self.can_yield and work[0] < charge and not fresh:
+                if self.can_yield and work[0] < charge and not (fresh and start - work[0] <= 2 * cost(trial)):
                     work[0] = 0  # not within this step's work: the row yields and checks it first in the next
-                    return False  # (a step's first check may take RDKit's whatever its size)
+                    return False  # (a step's first check may take RDKit's whatever its size, after the token's own
+                    # update and the reuse of a plan, not after an ending search: the search's plan is kept)
                 work[0] -= charge  # RDKit's parse and sanitization of the planned molecule
                 if not _sanitizes(self.smiles + vocab.text[token] + ending, rings=False):
                     return False

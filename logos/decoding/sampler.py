@@ -16,7 +16,7 @@ step; left padding, explicit position ids), then
    checked and the row draws among those accepted.
 
    The work of the checks is bounded per step (state updates, planner moves, RDKit checks, counted in
-   units: :func:`~logos.decoding.ending.cost`). By default (``Sampling.row_work``, 16 units, a few hundred
+   units: :func:`~logos.decoding.ending.cost`). By default (``Sampling.row_work``, 32 units, a few hundred
    microseconds) a step's rows share ``row_work`` units each: every row gets its own first, and rows still
    undecided then take, in turns, what the others left. A row that finds none left before its token is
    decided *yields* the step: it writes a padding token that the attention mask hides and that takes no
@@ -341,7 +341,7 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
             refused[i] += r.redraws - before
             if (token is None and not yielding(row)) or refused[i] >= WANDERING:  # the row has left what the
                 ending_now[i] = token is None or not row.closes(token)  # model knows: its planned ending
-                # (now or next; a row whose work ran out draws again when it is renewed, if it yields)
+                # (now or next; a row whose work ran out checks its draw again when it is renewed, if it yields)
             if token is None:
                 plan = row.ending(remaining)
                 if plan and torch.isfinite(allowed[i, plan[0]]) and row.check(plan[0], remaining):
@@ -428,7 +428,7 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
             if token is None and row is not None and yields[i] < max_yields and (undone or (
                     yielding(row) and stalled[i] < WORK_NO_YIELD)):
                 yields[i] += 1  # the row's work for the step is spent before a token was decided: it writes nothing
-                stats.yields += 1  # and draws again in the next step, where its ending search goes on
+                stats.yields += 1  # and checks its draw again in the next step, where its ending search goes on
                 row.renew()
                 stalled[i] = 0 if undone else stalled[i]
                 yielded.append(i)
