@@ -380,8 +380,8 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
         checking = [i for i in range(B) if active[i] and rows[i] is not None and i not in forced]
         t = time.perf_counter()
         checked = [rows[i].check(drawn[i], left[i]) for i in checking]  # the draws' checks one after another: the
-        spent += time.perf_counter() - t  # constraint code stays in the core's caches (interleaved with tensor
-        # operations, each check ran at a fraction of its speed)
+        spent += time.perf_counter() - t  # constraint code stays in the core's caches (tensor operations between
+        # two checks push it out)
         decided: dict[int, int | None] = {}
         for i in range(B):
             if active[i]:
