@@ -38,9 +38,9 @@ and a vLLM logits processor (one object per request):
     ending searches go on where they stopped, in the same step if the engine gives it more (what other rows left)
     or in the next (the engine checks the same token again: rejection sampling needs each draw decided); the
     first check after a renewal may also take RDKit's check of a planned molecule whatever its size (unless an
-    ending search took work before it). Otherwise (vLLM, which writes a token for every request in every step, and the built-in loop with
-    ``row_work=0``) a spent row accepts only its planned ending's next token, and an ending search may spend
-    ``ENDING_WORK`` in one step.
+    ending search took work before it). Otherwise (vLLM, which writes a token for every request in every step,
+    and the built-in loop with ``row_work=0``) a spent row accepts only its planned ending's next token, and an
+    ending search may spend ``ENDING_WORK`` in one step.
 ``undo() -> bool``
     Take back the last token advanced (one of the last ``UNDO_DEPTH``): the row is as it was before it (False: it
     cannot). An engine whose row has reached a dead end - no token accepted, no planned ending - takes back its
