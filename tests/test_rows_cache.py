@@ -325,6 +325,15 @@ def test_a_bond_whose_atom_can_no_longer_end_is_refused(vocab, text):
     assert SmilesRow(vocab, "<MoleculeS>CC(").check(vocab.piece["="], 40)
 
 
+@pytest.mark.parametrize("text, bond", [("<MoleculeS>Cc1ccc(", "-"), ("<MoleculeS>CC(", "="), ("<MoleculeS>CC", "#")])
+def test_a_plain_bond_is_checked_with_a_carbon_written_not_an_ending_search(vocab, text, bond):
+    """A biaryl's ``-`` or a carbonyl's ``=`` costs one state update (the bond to a carbon), no ending search."""
+    row = SmilesRow(vocab, text)
+    searched = len(vocab.plans)
+    assert row.check(vocab.piece[bond], 40)
+    assert len(vocab.plans) == searched and row.work_left() >= WORK_NO_YIELD - 8
+
+
 def test_a_yielding_row_frees_the_searches_it_let_go_of_only_when_tidied(vocab):
     """Paused ending searches of candidates a row did not write are kept for the engine to free between steps
     (:meth:`RowConstraint.tidy`), not freed inside the step that writes a token."""

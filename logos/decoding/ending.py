@@ -18,7 +18,7 @@ import heapq
 
 from logos.decoding.chemistry import SmilesError, SmilesState
 
-__all__ = ["plan_ending", "plan_search", "run_search", "PAUSED", "cost"]
+__all__ = ["plan_ending", "plan_search", "run_search", "PAUSED", "cost", "apply_move"]
 
 _ATOMS = ("c", "C", "n", "N", "O")
 _ALIPHATIC_FIRST = ("C", "c", "N", "n", "O")
@@ -56,7 +56,9 @@ def cost(state: SmilesState) -> int:
     return 2 + (len(state.atoms) >> 3)
 
 
-def _apply(state: SmilesState, move: str, work: list[int] | None = None) -> SmilesState | None:
+def apply_move(state: SmilesState, move: str, work: list[int] | None = None) -> SmilesState | None:
+    """``state`` with the characters of ``move`` applied to a copy and every check passed (None if one fails), its
+    :func:`cost` taken from ``work``."""
     if work is not None:
         work[0] -= cost(state)
     trial = state.copy()
@@ -84,7 +86,7 @@ def _greedy(start: SmilesState, limit: int, max_nodes: int, work: list[int] | No
         if move is None:
             stack.pop()
             continue
-        nxt = _apply(s, move, work)
+        nxt = apply_move(s, move, work)
         nodes += 1
         if nxt is None:
             continue
@@ -121,7 +123,7 @@ def plan_search(state: SmilesState, limit: int = 48, max_nodes: int = 400, quick
         for rank, move in enumerate(_moves(s)):
             while work is not None and work[0] <= 0:
                 yield
-            nxt = _apply(s, move, work)
+            nxt = apply_move(s, move, work)
             if nxt is None:
                 continue
             new = path + move

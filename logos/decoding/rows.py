@@ -70,7 +70,7 @@ import numpy as np
 
 from logos.science.chemistry import CLOSE as MOL_CLOSE, OPEN as MOL_OPEN
 from logos.decoding.chemistry import SmilesError, SmilesState
-from logos.decoding.ending import PAUSED, cost, plan_ending, plan_search, run_search
+from logos.decoding.ending import PAUSED, apply_move, cost, plan_ending, plan_search, run_search
 
 __all__ = ["RowConstraint", "SmilesRow", "CompositionRow", "CopyRow", "SmilesVocab"]
 
@@ -428,14 +428,17 @@ class SmilesRow(RowConstraint):
 
     def _risky(self, trial: SmilesState, token: int) -> bool:
         """Whether the state machine's own checks may miss a dead end after ``token``: a half-written bracket atom or
-        label, a bond waiting for its atom (its dead ends show only once the atom is written: an aromatic atom's
-        exocyclic double bond can leave its ring unable to kekulize), an unusual bond, label or atom (rare in real
-        molecules, frequent from a weak model: :attr:`SmilesVocab.risky`), or any token
-        of a row that has had a draw refused - the state machine checks the kekulé structure of finished aromatic
-        systems and a necessary condition on unfinished ones, and a model that wanders writes states no ending
-        completes. A row whose draws are accepted keeps the state machine's checks alone."""
-        return trial.pending not in ("", "C", "B") or trial.bond is not None or self.vocab.risky[token] or \
-            self._refusals >= 1
+        label, an unusual bond, label or atom (rare in real molecules, frequent from a weak model:
+        :attr:`SmilesVocab.risky`), any token of a row that has had a draw refused - the state machine checks the
+        kekulé structure of finished aromatic systems and a necessary condition on unfinished ones, and a model that
+        wanders writes states no ending completes - or a bond waiting for its atom that the same bond to a carbon
+        would not leave checked: its dead ends show only once the atom is written (an aromatic atom's exocyclic
+        double bond can leave its ring unable to kekulize), so the state machine checks the trial with a carbon
+        written (a biaryl's ``-``, a carbonyl's ``=``: one update instead of an ending search). A row whose draws are
+        accepted keeps the state machine's checks alone."""
+        if trial.pending not in ("", "C", "B") or self.vocab.risky[token] or self._refusals >= 1:
+            return True
+        return trial.bond is not None and apply_move(trial, "C", self._work) is None
 
     def _reuse(self, token: int, trial: SmilesState, remaining: int) -> tuple[int, ...] | None:
         """The current state's planned ending, if it also ends ``trial`` (the state after ``token``) within
