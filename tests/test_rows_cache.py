@@ -358,6 +358,22 @@ def test_a_yielding_row_frees_the_searches_it_let_go_of_only_when_tidied(vocab):
     assert not row._litter
 
 
+def test_a_full_shared_cache_is_freed_when_tidied_not_inside_a_check(tok, monkeypatch):
+    """The states after pieces the rows of a vocabulary share are replaced when the cache is full; the full cache
+    (tens of milliseconds to free at its real size) is freed by a row's tidy() between steps, and verdicts stay."""
+    import logos.decoding.rows as rows
+
+    vocab = SmilesVocab(TokenTable(tok, 2432))
+    monkeypatch.setattr(rows, "TRIALS", 4)
+    row = SmilesRow(vocab, "<MoleculeS>CC(")
+    pieces = ["C", "O", "N", "c", "=O", "CC", ")"]
+    verdicts = [row.check(vocab.piece[p], 40) for p in pieces]
+    assert verdicts == [True, True, True, True, True, True, False]  # "()" is no SMILES
+    assert len(vocab.trials) <= 4 and len(vocab.retired) == 1 and len(vocab.retired[0]) == 4
+    row.tidy()
+    assert vocab.retired == []
+
+
 def test_planned_molecules_read_by_rdkit_without_symmetrized_rings_get_full_verdicts():
     """The sampling loop's RDKit check of a planned molecule leaves out the symmetrized rings: same verdicts."""
     from logos.decoding.rows import _sanitizes

@@ -48,8 +48,9 @@ and a vLLM logits processor (one object per request):
     completes is refused late instead of failing the row.
 ``tidy()``
     Free what the row has let go of (paused ending searches of candidates it did not write: thousands of states,
-    a millisecond to free). An engine calls it between steps, off any step's path (the built-in loop in its worker
-    thread during the forward pass); a row that is never tidied frees them itself every few tokens.
+    a millisecond to free) and the full caches its vocabulary replaced (:meth:`SmilesVocab.retire`: tens of
+    milliseconds). An engine calls it between steps, off any step's path (the built-in loop in its worker thread
+    during the forward pass); a row that is never tidied frees them itself every few tokens.
 ``settle() -> str | None``
     Once the row has ended, outside the decoding steps: the checks of what it wrote that no step made
     (RDKit's parse of each molecule span it closed), and why they fail (None: they pass; the engine
@@ -163,7 +164,19 @@ class SmilesVocab:
         self.plans: dict[tuple[str, bool], tuple[tuple[int, ...] | None, int]] = {}  # span text -> planned ending
         self.trials: dict[tuple[str, int], SmilesState | None] = {}  # (span text, piece) -> the state after it (None:
         # refused); rows share it, as they share early prefixes (states are never changed once fed: see check)
+        self.retired: list[dict] = []  # full caches replaced by empty ones, freed by a row's tidy() (see retire)
         self._classify()
+
+    def retire(self, name: str) -> dict:
+        """Replace the full cache ``name`` (``plans`` or ``trials``) by an empty one, returned. Freeing the full one (up
+        to hundreds of thousands of objects: tens of milliseconds) is left to :meth:`RowConstraint.tidy`, between
+        steps; an engine that never tidies frees it at the next replacement."""
+        if self.retired:
+            self.retired.clear()
+        self.retired.append(getattr(self, name))
+        fresh: dict = {}
+        setattr(self, name, fresh)
+        return fresh
 
     # first characters of a piece, by what they need of the state before them (no character pending)
     _FIRST = {**{c: "bond" for c in "-=#$:/\\~"}, "<": "dative", ">": "dative",
@@ -422,7 +435,7 @@ class SmilesRow(RowConstraint):
         cache = self.vocab.plans
         if key is not None and (plan is not None or complete):
             if len(cache) > 200_000:
-                cache.clear()
+                cache = self.vocab.retire("plans")
             cache[key] = (plan, max(remaining - 1, 0))
         return plan
 
@@ -489,6 +502,7 @@ class SmilesRow(RowConstraint):
 
     def tidy(self) -> None:
         self._litter = []
+        self.vocab.retired.clear()
 
     def _let_go(self, searches) -> None:
         self._litter.append(searches)
@@ -564,7 +578,7 @@ class SmilesRow(RowConstraint):
             except SmilesError:
                 trial = None
             if len(vocab.trials) >= TRIALS:
-                vocab.trials.clear()
+                vocab.retire("trials")
             vocab.trials[key] = trial
         if trial is None:
             self._refusals += 1
