@@ -334,6 +334,20 @@ def test_a_plain_bond_is_checked_with_a_carbon_written_not_an_ending_search(voca
     assert len(vocab.plans) == searched and row.work_left() >= WORK_NO_YIELD - 8
 
 
+@pytest.mark.parametrize("text, piece", [("<MoleculeS>Cc1cc", "[nH]"), ("<MoleculeS>CC", "[C@@H]"),
+                                         ("<MoleculeS>OC", "[C@H](C")])
+def test_a_plain_bracket_atom_is_checked_as_its_atom_not_by_a_search_or_rdkit(vocab, text, piece, monkeypatch):
+    """An uncharged C, N or O with its hydrogens and chirality stated is checked by the state machine, as the same atom
+    without brackets: no ending search, no RDKit check of a planned molecule. A charged one is still looked at."""
+    import logos.decoding.rows as rows
+
+    monkeypatch.setattr(rows, "_sanitizes", lambda *a, **k: pytest.fail("RDKit was asked"))
+    row = SmilesRow(vocab, text)
+    searched = len(vocab.plans)
+    assert row.check(vocab.piece[piece], 40)
+    assert len(vocab.plans) == searched
+    assert all(vocab.risky[vocab.piece[p]] for p in ("[O-]", "[K+]", "[B-]", "[Pd]", "[n", "[C@@"))
+
 def test_a_yielding_row_frees_the_searches_it_let_go_of_only_when_tidied(vocab):
     """Paused ending searches of candidates a row did not write are kept for the engine to free between steps
     (:meth:`RowConstraint.tidy`), not freed inside the step that writes a token."""

@@ -89,6 +89,9 @@ UNDO_DEPTH = 8       # tokens a row can take back (:meth:`SmilesRow.undo`: the s
 WANDERING = 6    # refusals after which RDKit also checks each planned molecule ...
 RDKIT_ATOMS = 40  # ... of up to this many atoms (larger ones cost RDKit about a millisecond: read once they end)
 _RISKY = frozenset("[%<>~$*/\\.:")  # characters after which the state machine alone may not see a dead end
+# ... except a bracket atom that is a plain atom with its hydrogens and chirality stated ([nH], [C@@H], [O]): the state
+# machine checks it as it checks the same atom written without brackets
+_PLAIN_BRACKET = re.compile(r"\[(?:C|N|O|c|n|o)(?:@@?)?(?:H[1-3]?)?\]")
 _SMILES_CHARS = re.compile(r"[A-Za-z0-9()\[\]=#$:/\\.@+\-%*~<>]+")
 
 
@@ -193,7 +196,8 @@ class SmilesVocab:
         self.dot_depth = np.full(n, 1, dtype=np.int64)  # depth of its first '.' (1: none), which must be the top level
         self.spelled = np.zeros(n, dtype=bool)  # reads as SMILES from a state with nothing pending
         # after which the state machine alone may not see a dead end: an unusual bond, label or atom character
-        self.risky = [bool(self.smiles[i]) and not _RISKY.isdisjoint(t) for i, t in enumerate(self.text)]
+        self.risky = [bool(self.smiles[i]) and not _RISKY.isdisjoint(_PLAIN_BRACKET.sub("C", t))
+                      for i, t in enumerate(self.text)]
         for i, t in enumerate(self.text):
             if not self.smiles[i]:
                 continue
