@@ -348,6 +348,15 @@ def test_a_plain_bracket_atom_is_checked_as_its_atom_not_by_a_search_or_rdkit(vo
     assert len(vocab.plans) == searched
     assert all(vocab.risky[vocab.piece[p]] for p in ("[O-]", "[K+]", "[B-]", "[Pd]", "[n", "[C@@"))
 
+
+def test_a_plain_bracket_atom_after_an_unusual_one_is_still_looked_at(vocab):
+    """In a span with a charge, metal or dative bond, where the state machine's view can depart from RDKit's, ``[nH]``
+    goes through an ending search as before."""
+    vocab.plans.clear()
+    row = SmilesRow(vocab, "<MoleculeS>[O-]c1cc")
+    assert row.check(vocab.piece["[nH]"], 40)
+    assert len(vocab.plans) > 0
+
 def test_a_yielding_row_frees_the_searches_it_let_go_of_only_when_tidied(vocab):
     """Paused ending searches of candidates a row did not write are kept for the engine to free between steps
     (:meth:`RowConstraint.tidy`), not freed inside the step that writes a token."""

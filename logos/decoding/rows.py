@@ -89,8 +89,10 @@ UNDO_DEPTH = 8       # tokens a row can take back (:meth:`SmilesRow.undo`: the s
 WANDERING = 6    # refusals after which RDKit also checks each planned molecule ...
 RDKIT_ATOMS = 40  # ... of up to this many atoms (larger ones cost RDKit about a millisecond: read once they end)
 _RISKY = frozenset("[%<>~$*/\\.:")  # characters after which the state machine alone may not see a dead end
-# ... except a bracket atom that is a plain atom with its hydrogens and chirality stated ([nH], [C@@H], [O]): the state
-# machine checks it as it checks the same atom written without brackets
+# ... except a bracket atom that is a plain atom with its hydrogens and chirality stated ([nH], [C@@H], [O]) in a span
+# that has written none of them: the state machine checks it as it checks the same atom written without brackets (in
+# a span with dative bonds, metals or charges, where its view of rings and aromatic systems can depart from RDKit's,
+# it is looked at as before)
 _PLAIN_BRACKET = re.compile(r"\[(?:C|N|O|c|n|o)(?:@@?)?(?:H[1-3]?)?\]")
 _SMILES_CHARS = re.compile(r"[A-Za-z0-9()\[\]=#$:/\\.@+\-%*~<>]+")
 
@@ -198,6 +200,7 @@ class SmilesVocab:
         # after which the state machine alone may not see a dead end: an unusual bond, label or atom character
         self.risky = [bool(self.smiles[i]) and not _RISKY.isdisjoint(_PLAIN_BRACKET.sub("C", t))
                       for i, t in enumerate(self.text)]
+        self.plain_bracket = [bool(self.smiles[i]) and "[" in t and not self.risky[i] for i, t in enumerate(self.text)]
         for i, t in enumerate(self.text):
             if not self.smiles[i]:
                 continue
@@ -455,6 +458,8 @@ class SmilesRow(RowConstraint):
         accepted keeps the state machine's checks alone."""
         if trial.pending not in ("", "C", "B") or self.vocab.risky[token] or self._refusals >= 1:
             return True
+        if self.vocab.plain_bracket[token] and not _RISKY.isdisjoint(_PLAIN_BRACKET.sub("C", self.smiles)):
+            return True  # (see _PLAIN_BRACKET)
         return trial.bond is not None and apply_move(trial, "C", self._work) is None
 
     def _reuse(self, token: int, trial: SmilesState, remaining: int) -> tuple[int, ...] | None:
