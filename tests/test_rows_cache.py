@@ -357,6 +357,7 @@ def test_a_plain_bracket_atom_after_an_unusual_one_is_still_looked_at(vocab):
     assert row.check(vocab.piece["[nH]"], 40)
     assert len(vocab.plans) > 0
 
+
 def test_a_yielding_row_frees_the_searches_it_let_go_of_only_when_tidied(vocab):
     """Paused ending searches of candidates a row did not write are kept for the engine to free between steps
     (:meth:`RowConstraint.tidy`), not freed inside the step that writes a token."""

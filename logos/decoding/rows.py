@@ -97,6 +97,12 @@ _PLAIN_BRACKET = re.compile(r"\[(?:C|N|O|c|n|o)(?:@@?)?(?:H[1-3]?)?\]")
 _SMILES_CHARS = re.compile(r"[A-Za-z0-9()\[\]=#$:/\\.@+\-%*~<>]+")
 
 
+def _unusual(text: str) -> bool:
+    """Whether SMILES ``text`` has a character after which the state machine alone may not see a dead end (plain
+    bracket atoms aside: see ``_PLAIN_BRACKET``)."""
+    return not _RISKY.isdisjoint(_PLAIN_BRACKET.sub("C", text))
+
+
 class RowConstraint:
     """One row's domain constraint (see the module docstring); the base class allows everything."""
 
@@ -176,8 +182,7 @@ class SmilesVocab:
         """Replace the full cache ``name`` (``plans`` or ``trials``) by an empty one, returned. Freeing the full one (up
         to hundreds of thousands of objects: tens of milliseconds) is left to :meth:`RowConstraint.tidy`, between
         steps; an engine that never tidies frees it at the next replacement."""
-        if self.retired:
-            self.retired.clear()
+        self.retired.clear()
         self.retired.append(getattr(self, name))
         fresh: dict = {}
         setattr(self, name, fresh)
@@ -198,8 +203,7 @@ class SmilesVocab:
         self.dot_depth = np.full(n, 1, dtype=np.int64)  # depth of its first '.' (1: none), which must be the top level
         self.spelled = np.zeros(n, dtype=bool)  # reads as SMILES from a state with nothing pending
         # after which the state machine alone may not see a dead end: an unusual bond, label or atom character
-        self.risky = [bool(self.smiles[i]) and not _RISKY.isdisjoint(_PLAIN_BRACKET.sub("C", t))
-                      for i, t in enumerate(self.text)]
+        self.risky = [bool(self.smiles[i]) and _unusual(t) for i, t in enumerate(self.text)]
         self.plain_bracket = [bool(self.smiles[i]) and "[" in t and not self.risky[i] for i, t in enumerate(self.text)]
         for i, t in enumerate(self.text):
             if not self.smiles[i]:
@@ -458,7 +462,7 @@ class SmilesRow(RowConstraint):
         accepted keeps the state machine's checks alone."""
         if trial.pending not in ("", "C", "B") or self.vocab.risky[token] or self._refusals >= 1:
             return True
-        if self.vocab.plain_bracket[token] and not _RISKY.isdisjoint(_PLAIN_BRACKET.sub("C", self.smiles)):
+        if self.vocab.plain_bracket[token] and _unusual(self.smiles):
             return True  # (see _PLAIN_BRACKET)
         return trial.bond is not None and apply_move(trial, "C", self._work) is None
 
