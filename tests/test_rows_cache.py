@@ -358,23 +358,51 @@ def test_a_plain_bracket_atom_after_an_unusual_one_is_still_looked_at(vocab):
     assert len(vocab.plans) > 0
 
 
+def test_rdkit_check_beyond_a_steps_work_waits_for_the_rows_next_step_and_runs_alone(vocab, monkeypatch):
+    """A yielding row whose draw needs RDKit's check of a planned molecule larger than the work its step has left
+    yields without it; it takes nothing of what other rows left (``renew(work)`` is False) and, in its next step,
+    the same draw costs RDKit's check alone (no state update, no ending search), whose verdict is RDKit's."""
+    import logos.decoding.rows as rows
+
+    asked = []
+    monkeypatch.setattr(rows, "_sanitizes", lambda smiles, rings=True: asked.append(smiles) or
+                        Chem.MolFromSmiles(smiles) is not None)
+    row = SmilesRow(vocab, "<MoleculeS>" + "C" * 36)
+    row.can_yield = True
+    row.renew()
+    token = vocab.piece["[O-]"]  # a charge: the state machine alone may miss a dead end after it
+    assert not row.check(token, 40) and row.spent() and not asked
+    assert row.renew(8) is False and row.spent()
+    row.renew()
+    searched, trials = len(vocab.plans), len(vocab.trials)
+    ok = row.check(token, 40)
+    assert len(asked) == 1 and asked[0].startswith("C" * 36 + "[O-]")
+    assert ok == (Chem.MolFromSmiles(asked[0]) is not None) and ok
+    assert (len(vocab.plans), len(vocab.trials)) == (searched, trials)
+    assert row.work_left() == row.step_work - (4 + 37)  # RDKit's charge alone
+    row.advance(token)
+    assert row.smiles == "C" * 36 + "[O-]"
+
+
 def test_a_yielding_row_frees_the_searches_it_let_go_of_only_when_tidied(vocab):
     """Paused ending searches of candidates a row did not write are kept for the engine to free between steps
     (:meth:`RowConstraint.tidy`), not freed inside the step that writes a token."""
     row = SmilesRow(vocab, "<MoleculeS>c1ccc2c(c1)c1ccccc1c1ccc(")
-    row.can_yield = True
-    row.renew(8)
+    row.can_yield, row.step_work = True, 8  # (as the engine sets them, with 8 work units a step)
+    row.renew()
     vocab.plans.clear()
     for token in _candidates(vocab, n=12, seed=2):
         row.check(token, 12)  # near the budget: every candidate needs an ending search, cut short by the work
         if row.spent():
-            row.renew(8)
+            row.renew()
     assert row._searches
     plan = row.ending(40)
     while plan is None:
-        row.renew(8)
+        row.renew()
         plan = row.ending(40)
-    row.renew(8)
+    row.renew()
+    assert not row.check(plan[0], 40) and row.spent()  # (a wandering row: RDKit's check of the planned molecule,
+    row.renew()  # more than the step's work left, waits for the row's next step, where it runs alone)
     assert row.check(plan[0], 40)
     row.advance(plan[0])
     assert not row._searches and row._litter

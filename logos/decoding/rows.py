@@ -29,18 +29,19 @@ and a vLLM logits processor (one object per request):
 ``advance(token)``, ``fork()``, ``failure``, ``budget(default)``
     Accept a token; an independent copy (beam search, speculative steps); why the row cannot end
     validly (None while it can: the engine resamples the row); the length budget the row needs.
-``spent()``, ``work_left()``, ``renew(work)``, ``can_yield``, ``step_work``
+``spent()``, ``work_left()``, ``renew(work) -> bool``, ``can_yield``, ``step_work``
     Whether the row's work for this step is spent (a refusal since may be for want of work, not validity); the
     units it has left (None: the row does not count its work); fresh work for a row that has written nothing yet
-    this step (``work`` units if given, once, else ``step_work``). An engine that lets a row *yield* its step
-    (write nothing, keep its distribution for the next step: the built-in loop, ``Sampling.row_work`` units a
-    step) sets ``can_yield`` and ``step_work``: the row then refuses every token once its work is spent, and its
-    ending searches go on where they stopped, in the same step if the engine gives it more (what other rows left)
-    or in the next (the engine checks the same token again: rejection sampling needs each draw decided); the
-    first check after a renewal may also take RDKit's check of a planned molecule whatever its size (unless an
-    ending search took work before it). Otherwise (vLLM, which writes a token for every request in every step,
-    and the built-in loop with ``row_work=0``) a spent row accepts only its planned ending's next token, and an
-    ending search may spend ``ENDING_WORK`` in one step.
+    this step: ``step_work`` for a new step, or ``work`` units more in the same step (what other rows left; False:
+    the row cannot use them now). An engine that lets a row *yield* its step (write nothing, keep its distribution
+    for the next step: the built-in loop, ``Sampling.row_work`` units a step) sets ``can_yield`` and ``step_work``:
+    the row then refuses every token once its work is spent, and its ending searches go on where they stopped, in
+    the same step if the engine gives it more or in the next (the engine checks the same token again: rejection
+    sampling needs each draw decided). RDKit's check of a planned molecule larger than the work left waits for
+    the row's next step, where that draw's check is RDKit's alone, whatever its size (its state and planned ending
+    are kept; meanwhile the row takes nothing of what other rows left). Otherwise (vLLM, which writes a token for
+    every request in every step, and the built-in loop with ``row_work=0``) a spent row accepts only its planned
+    ending's next token, and an ending search may spend ``ENDING_WORK`` in one step.
 ``undo() -> bool``
     Take back the last token advanced (one of the last ``UNDO_DEPTH``): the row is as it was before it (False: it
     cannot). An engine whose row has reached a dead end - no token accepted, no planned ending - takes back its
@@ -146,8 +147,8 @@ class RowConstraint:
     def work_left(self) -> int | None:
         return None
 
-    def renew(self, work: int | None = None) -> None:
-        pass
+    def renew(self, work: int | None = None) -> bool:
+        return True
 
     def tidy(self) -> None:
         pass
@@ -380,6 +381,8 @@ class SmilesRow(RowConstraint):
         self._litter: list = []  # searches let go of, freed by tidy() between steps (see the module docstring)
         self.closed: list[str] = []  # the spans this row closed, for RDKit once it has ended (settle)
         self._history: list[tuple] = []  # what undo() restores: the row before each of its last tokens
+        self._waiting: tuple | None = None  # a draw whose RDKit check waits for the row's next step (see check)
+        self._new_step = True  # the row's work was renewed for a new step (not with what other rows left)
 
     def fork(self) -> "SmilesRow":
         new = SmilesRow.__new__(SmilesRow)
@@ -389,6 +392,7 @@ class SmilesRow(RowConstraint):
         new._searched = self._searched
         new._refusals, new.closed, new.can_yield, new._searches = self._refusals, list(self.closed), self.can_yield, {}
         new._litter, new._history = [], list(self._history)
+        new._waiting, new._new_step = None, True
         new.step_work, new._given = self.step_work, new._work[0]
         return new
 
@@ -510,7 +514,7 @@ class SmilesRow(RowConstraint):
             self._let_go(self._searches)
             self._searches = {}
         self._trial, self._searched, self._work = None, False, [self._step_work()]
-        self._given = self._work[0]
+        self._given, self._waiting, self._new_step = self._work[0], None, True
         return True
 
     def tidy(self) -> None:
@@ -528,10 +532,13 @@ class SmilesRow(RowConstraint):
     def _step_work(self) -> int:
         return self.step_work if self.can_yield else WORK_NO_YIELD
 
-    def renew(self, work: int | None = None) -> None:
+    def renew(self, work: int | None = None) -> bool:
+        if work is not None and self._waiting is not None:
+            return False  # its draw waits for RDKit's check, alone in the row's next step
         self._given = self._step_work() if work is None else work
         self._work[0] = self._given  # in place: a paused search holds this list
-        self._searched, self._trial = False, None
+        self._searched, self._trial, self._new_step = False, None, work is None
+        return True
 
     def closes(self, token: int) -> bool:
         return token == self.vocab.close_id and self.state is not None
@@ -577,8 +584,9 @@ class SmilesRow(RowConstraint):
         if not vocab.smiles[token]:
             return False
         work = self._work
-        start = work[0]
-        fresh = start >= self._given  # nothing spent since the row's work was renewed (a row that yields)
+        waited = self._waiting
+        if waited is not None and waited[0] == (token, remaining) and self._new_step and work[0] >= self._given:
+            return self._rdkit_verdict(*waited[1:])  # the draw that waited for its step: RDKit's check alone
         if work[0] <= 0 and (self.can_yield or not (self._planned and self._plan and self._plan[0] == token)):
             return False  # the row's work for this step is spent: it yields, or takes its planned ending's next token
         work[0] -= cost(state)  # (charged on a known trial too: the row's verdicts never depend on what others did)
@@ -614,23 +622,31 @@ class SmilesRow(RowConstraint):
                 return False
             if len(trial.atoms) <= RDKIT_ATOMS and (vocab.risky[token] or (
                     not near and (trial.pending not in ("", "C", "B") or self._refusals >= WANDERING))):
-                ending = "".join(vocab.text[t] for t in plan[:-1])
-                charge = _rdkit_cost(trial)
-                if self.can_yield and work[0] < charge and not (fresh and start - work[0] <= 2 * cost(trial)):
-                    work[0] = 0  # not within this step's work: the row yields and checks it first in the next
-                    return False  # (a step's first check may take RDKit's whatever its size, after the token's own
-                    # update and the reuse of a plan, not after an ending search: the search's plan is kept)
-                work[0] -= charge  # RDKit's parse and sanitization of the planned molecule
-                if not _sanitizes(self.smiles + vocab.text[token] + ending, rings=False):
+                molecule = self.smiles + vocab.text[token] + "".join(vocab.text[t] for t in plan[:-1])
+                if self.can_yield and work[0] < _rdkit_cost(trial):
+                    self._waiting = ((token, remaining), token, trial, plan, molecule)
+                    work[0] = 0  # not within this step's work: the row yields and checks it alone in its next step
                     return False
+                return self._rdkit_verdict(token, trial, plan, molecule)
             self._trial = (token, trial, plan)
             return True
         self._trial = (token, trial, None)
         return True
 
+    def _rdkit_verdict(self, token: int, trial: SmilesState, plan: tuple[int, ...], molecule: str) -> bool:
+        """RDKit's parse and sanitization of the planned ``molecule`` (the span, ``token`` and its planned ending)
+        decides ``token``, whose state after it is ``trial``."""
+        self._work[0] -= _rdkit_cost(trial)
+        self._waiting = None
+        if not _sanitizes(molecule, rings=False):
+            return False
+        self._trial = (token, trial, plan)
+        return True
+
     def advance(self, token: int) -> None:
         vocab = self.vocab
         trial, self._trial, self._work = self._trial, None, [self._step_work()]
+        self._waiting, self._new_step = None, True
         self._given = self._work[0]
         if self._searches:  # freeing them (thousands of states) is left to tidy(), between steps
             self._let_go(self._searches)

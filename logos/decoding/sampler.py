@@ -401,8 +401,10 @@ def _sample_batch(model, prompts, pad_id, stop_id, banned, sampling, generator, 
             while waiting and pool >= MIN_SHARE * len(waiting):
                 share = pool // len(waiting)
                 t = time.perf_counter()
-                for i in waiting:
-                    rows[i].renew(share)
+                for i in list(waiting):
+                    if rows[i].renew(share) is False:  # (its draw waits for a check that runs alone in its next step)
+                        waiting.remove(i)
+                        continue
                     token = undecided.pop(i) if i in undecided else int(_draw(logits[i: i + 1], generator)[0])
                     decided[i] = decide(i, token)
                     more = _used(rows[i], share)
