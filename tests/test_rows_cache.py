@@ -384,6 +384,29 @@ def test_rdkit_check_beyond_a_steps_work_waits_for_the_rows_next_step_and_runs_a
     assert row.smiles == "C" * 36 + "[O-]"
 
 
+def test_a_draw_rdkit_refuses_alone_ends_the_rows_step_and_is_not_checked_again(vocab, monkeypatch):
+    """RDKit's refusal of a draw that waited for its step ends the row's step (it takes nothing of what other rows
+    left); checked again in the next step, the draw is refused at no cost and other draws get the step's work."""
+    import logos.decoding.rows as rows
+
+    asked, real = [], rows._sanitizes
+    monkeypatch.setattr(rows, "_sanitizes", lambda smiles, rings=True: asked.append(smiles) or real(smiles, rings))
+    row = SmilesRow(vocab, "<MoleculeS>" + "C" * 30 + "c1ccccc1")
+    row.can_yield = True
+    row.renew()
+    token = vocab.piece[">"]  # a dative bond: the state machine alone may miss a dead end after it
+    assert not row.check(token, 40) and row.spent() and not asked
+    row.renew()
+    assert not row.check(token, 40) and len(asked) == 1
+    with rdBase.BlockLogs():
+        assert Chem.MolFromSmiles(asked[0]) is None
+    assert row.spent() and row.renew(8) is False
+    row.renew()
+    left = row.work_left()
+    assert not row.check(token, 40) and len(asked) == 1 and row.work_left() == left
+    assert row.check(vocab.piece["C"], 40) and row.work_left() < left
+
+
 def test_a_yielding_row_frees_the_searches_it_let_go_of_only_when_tidied(vocab):
     """Paused ending searches of candidates a row did not write are kept for the engine to free between steps
     (:meth:`RowConstraint.tidy`), not freed inside the step that writes a token."""

@@ -39,7 +39,8 @@ and a vLLM logits processor (one object per request):
     the same step if the engine gives it more or in the next (the engine checks the same token again: rejection
     sampling needs each draw decided). RDKit's check of a planned molecule larger than the work left waits for
     the row's next step, where that draw's check is RDKit's alone, whatever its size (its state and planned ending
-    are kept; meanwhile the row takes nothing of what other rows left). Otherwise (vLLM, which writes a token for
+    are kept; meanwhile the row takes nothing of what other rows left); a refusal there ends the row's step, and
+    RDKit's verdict stands when the engine checks the draw again. Otherwise (vLLM, which writes a token for
     every request in every step, and the built-in loop with ``row_work=0``) a spent row accepts only its planned
     ending's next token, and an ending search may spend ``ENDING_WORK`` in one step.
 ``undo() -> bool``
@@ -383,6 +384,8 @@ class SmilesRow(RowConstraint):
         self._history: list[tuple] = []  # what undo() restores: the row before each of its last tokens
         self._waiting: tuple | None = None  # a draw whose RDKit check waits for the row's next step (see check)
         self._new_step = True  # the row's work was renewed for a new step (not with what other rows left)
+        self._rests = False  # RDKit refused the draw that waited for this step: the row does nothing more in it
+        self._refused: tuple | None = None  # (token, remaining) RDKit refused in the row's current state
 
     def fork(self) -> "SmilesRow":
         new = SmilesRow.__new__(SmilesRow)
@@ -392,7 +395,7 @@ class SmilesRow(RowConstraint):
         new._searched = self._searched
         new._refusals, new.closed, new.can_yield, new._searches = self._refusals, list(self.closed), self.can_yield, {}
         new._litter, new._history = [], list(self._history)
-        new._waiting, new._new_step = None, True
+        new._waiting, new._new_step, new._rests, new._refused = None, True, False, None
         new.step_work, new._given = self.step_work, new._work[0]
         return new
 
@@ -503,7 +506,7 @@ class SmilesRow(RowConstraint):
         return self._plan if self._planned else None
 
     def spent(self) -> bool:
-        return self._work[0] <= 0
+        return self._work[0] <= 0 or self._rests
 
     def undo(self) -> bool:
         if not self._history:
@@ -514,7 +517,8 @@ class SmilesRow(RowConstraint):
             self._let_go(self._searches)
             self._searches = {}
         self._trial, self._searched, self._work = None, False, [self._step_work()]
-        self._given, self._waiting, self._new_step = self._work[0], None, True
+        self._given, self._waiting, self._new_step, self._rests = self._work[0], None, True, False
+        self._refused = None
         return True
 
     def tidy(self) -> None:
@@ -533,8 +537,9 @@ class SmilesRow(RowConstraint):
         return self.step_work if self.can_yield else WORK_NO_YIELD
 
     def renew(self, work: int | None = None) -> bool:
-        if work is not None and self._waiting is not None:
-            return False  # its draw waits for RDKit's check, alone in the row's next step
+        if work is not None and (self._waiting is not None or self._rests):
+            return False  # its draw waits for RDKit's check, alone in the row's next step, or RDKit's check took it
+        self._rests = False
         self._given = self._step_work() if work is None else work
         self._work[0] = self._given  # in place: a paused search holds this list
         self._searched, self._trial, self._new_step = False, None, work is None
@@ -583,11 +588,16 @@ class SmilesRow(RowConstraint):
             return state.can_close()  # RDKit reads the span once the row has ended (settle)
         if not vocab.smiles[token]:
             return False
+        if self._refused == (token, remaining):
+            return False  # (an engine checks a draw its row's work ran out after again: RDKit's verdict stands)
         work = self._work
         waited = self._waiting
         if waited is not None and waited[0] == (token, remaining) and self._new_step and work[0] >= self._given:
-            return self._rdkit_verdict(*waited[1:])  # the draw that waited for its step: RDKit's check alone
-        if work[0] <= 0 and (self.can_yield or not (self._planned and self._plan and self._plan[0] == token)):
+            ok = self._rdkit_verdict(*waited)  # the draw that waited for its step: RDKit's check alone (a refusal
+            self._rests = not ok  # ends the row's step: it draws again in the next)
+            return ok
+        if self._rests or (work[0] <= 0 and (self.can_yield or not (self._planned and self._plan and
+                                                                  self._plan[0] == token))):
             return False  # the row's work for this step is spent: it yields, or takes its planned ending's next token
         work[0] -= cost(state)  # (charged on a known trial too: the row's verdicts never depend on what others did)
         key = (self.smiles, token)
@@ -624,29 +634,30 @@ class SmilesRow(RowConstraint):
                     not near and (trial.pending not in ("", "C", "B") or self._refusals >= WANDERING))):
                 molecule = self.smiles + vocab.text[token] + "".join(vocab.text[t] for t in plan[:-1])
                 if self.can_yield and work[0] < _rdkit_cost(trial):
-                    self._waiting = ((token, remaining), token, trial, plan, molecule)
+                    self._waiting = ((token, remaining), trial, plan, molecule)
                     work[0] = 0  # not within this step's work: the row yields and checks it alone in its next step
                     return False
-                return self._rdkit_verdict(token, trial, plan, molecule)
+                return self._rdkit_verdict((token, remaining), trial, plan, molecule)
             self._trial = (token, trial, plan)
             return True
         self._trial = (token, trial, None)
         return True
 
-    def _rdkit_verdict(self, token: int, trial: SmilesState, plan: tuple[int, ...], molecule: str) -> bool:
-        """RDKit's parse and sanitization of the planned ``molecule`` (the span, ``token`` and its planned ending)
-        decides ``token``, whose state after it is ``trial``."""
+    def _rdkit_verdict(self, draw: tuple[int, int], trial: SmilesState, plan: tuple[int, ...], molecule: str) -> bool:
+        """RDKit's parse and sanitization of the planned ``molecule`` (the span, the token and its planned ending)
+        decides ``draw`` (the token, the budget left), whose state after the token is ``trial``."""
         self._work[0] -= _rdkit_cost(trial)
         self._waiting = None
         if not _sanitizes(molecule, rings=False):
+            self._refused = draw
             return False
-        self._trial = (token, trial, plan)
+        self._trial = (draw[0], trial, plan)
         return True
 
     def advance(self, token: int) -> None:
         vocab = self.vocab
         trial, self._trial, self._work = self._trial, None, [self._step_work()]
-        self._waiting, self._new_step = None, True
+        self._waiting, self._new_step, self._rests, self._refused = None, True, False, None
         self._given = self._work[0]
         if self._searches:  # freeing them (thousands of states) is left to tidy(), between steps
             self._let_go(self._searches)
