@@ -382,10 +382,7 @@ class SmilesRow(RowConstraint):
         self._litter: list = []  # searches let go of, freed by tidy() between steps (see the module docstring)
         self.closed: list[str] = []  # the spans this row closed, for RDKit once it has ended (settle)
         self._history: list[tuple] = []  # what undo() restores: the row before each of its last tokens
-        self._waiting: tuple | None = None  # a draw whose RDKit check waits for the row's next step (see check)
-        self._new_step = True  # the row's work was renewed for a new step (not with what other rows left)
-        self._rests = False  # RDKit refused the draw that waited for this step: the row does nothing more in it
-        self._refused: tuple | None = None  # (token, remaining) RDKit refused in the row's current state
+        self._forget_draws()
 
     def fork(self) -> "SmilesRow":
         new = SmilesRow.__new__(SmilesRow)
@@ -395,7 +392,7 @@ class SmilesRow(RowConstraint):
         new._searched = self._searched
         new._refusals, new.closed, new.can_yield, new._searches = self._refusals, list(self.closed), self.can_yield, {}
         new._litter, new._history = [], list(self._history)
-        new._waiting, new._new_step, new._rests, new._refused = None, True, False, None
+        new._forget_draws()
         new.step_work, new._given = self.step_work, new._work[0]
         return new
 
@@ -517,8 +514,8 @@ class SmilesRow(RowConstraint):
             self._let_go(self._searches)
             self._searches = {}
         self._trial, self._searched, self._work = None, False, [self._step_work()]
-        self._given, self._waiting, self._new_step, self._rests = self._work[0], None, True, False
-        self._refused = None
+        self._given = self._work[0]
+        self._forget_draws()
         return True
 
     def tidy(self) -> None:
@@ -542,7 +539,7 @@ class SmilesRow(RowConstraint):
         self._rests = False
         self._given = self._step_work() if work is None else work
         self._work[0] = self._given  # in place: a paused search holds this list
-        self._searched, self._trial, self._new_step = False, None, work is None
+        self._searched, self._trial = False, None
         return True
 
     def closes(self, token: int) -> bool:
@@ -592,7 +589,8 @@ class SmilesRow(RowConstraint):
             return False  # (an engine checks a draw its row's work ran out after again: RDKit's verdict stands)
         work = self._work
         waited = self._waiting
-        if waited is not None and waited[0] == (token, remaining) and self._new_step and work[0] >= self._given:
+        if waited is not None and waited[0] == (token, remaining) and work[0] >= self._given:  # (renewed: a new step,
+            # as a row whose draw waits takes no work within a step)
             ok = self._rdkit_verdict(*waited)  # the draw that waited for its step: RDKit's check alone (a refusal
             self._rests = not ok  # ends the row's step: it draws again in the next)
             return ok
@@ -643,6 +641,12 @@ class SmilesRow(RowConstraint):
         self._trial = (token, trial, None)
         return True
 
+    def _forget_draws(self) -> None:
+        """What the row knows of draws in its current state, let go of when the state changes."""
+        self._waiting: tuple | None = None  # a draw whose RDKit check waits for the row's next step (see check)
+        self._rests = False  # RDKit refused the draw that waited for this step: the row does nothing more in it
+        self._refused: tuple | None = None  # (token, remaining) RDKit refused in the row's current state
+
     def _rdkit_verdict(self, draw: tuple[int, int], trial: SmilesState, plan: tuple[int, ...], molecule: str) -> bool:
         """RDKit's parse and sanitization of the planned ``molecule`` (the span, the token and its planned ending)
         decides ``draw`` (the token, the budget left), whose state after the token is ``trial``."""
@@ -657,8 +661,8 @@ class SmilesRow(RowConstraint):
     def advance(self, token: int) -> None:
         vocab = self.vocab
         trial, self._trial, self._work = self._trial, None, [self._step_work()]
-        self._waiting, self._new_step, self._rests, self._refused = None, True, False, None
         self._given = self._work[0]
+        self._forget_draws()
         if self._searches:  # freeing them (thousands of states) is left to tidy(), between steps
             self._let_go(self._searches)
             self._searches = {}
