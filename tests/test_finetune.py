@@ -50,6 +50,24 @@ def test_reaction_pairs_drop_atom_maps_and_keep_variants_in_one_group(reactions,
         "CC(C)C[C@H](NC(=O)c1cc2ccccc2s1)C(=O)NCCCCNC(=O)OC(C)(C)C")]
 
 
+def test_prompt_side_augmentation_keeps_one_canonical_answer_per_reaction(reactions, tmp_path):
+    from rdkit import Chem
+
+    out = tmp_path / "pairs.jsonl"
+    build_pairs([reactions], PairOptions(task="retro", augment=3, augment_side="prompt", seed=1), out,
+                _errors(tmp_path))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    by_group: dict[str, list[dict]] = {}
+    for r in rows:
+        by_group.setdefault(r["group"], []).append(r)
+    for variants in by_group.values():
+        assert len({r["completion"] for r in variants}) == 1  # the answer is written one way
+    first = by_group[rows[0]["group"]]
+    assert len({r["prompt"] for r in first}) > 1  # ... while the product is spelled several ways
+    products = {Chem.CanonSmiles(r["prompt"].split("<MoleculeS>")[1].split("<MoleculeE>")[0]) for r in first}
+    assert len(products) == 1
+
+
 def test_xz_compressed_benchmark_files_read_like_plain_ones(reactions, tmp_path):
     import lzma
 

@@ -74,7 +74,8 @@ def prepare_data(recipe: Recipe, echo) -> tuple[Path, int]:
     try:
         n = 0
         for part in _parts(recipe):
-            options = PairOptions(task=part["task"], augment=part.get("augment", f.augment), seed=recipe.train.seed,
+            options = PairOptions(task=part["task"], augment=part.get("augment", f.augment),
+                                  augment_side=part.get("augment_side", f.augment_side), seed=recipe.train.seed,
                                   marker=part.get("marker", f.marker), with_space_group=f.with_space_group)
             n += build_pairs([Path(s) for s in part["sources"]], options, out / "pairs.jsonl", errors, append=bool(n))
         val_files = []

@@ -46,6 +46,9 @@ class PairOptions:
     task: str
     augment: int = 0
     """Randomized-SMILES variants per reaction besides the canonical one (reactions only)."""
+    augment_side: str = "both"
+    """Which side of a reaction pair a variant randomizes: ``both`` (reactants shuffled too), or ``prompt`` (the
+    completion stays canonical, so each reaction keeps one target string)."""
     seed: int = 0
     marker: str | None = None
     """``split`` builders: the symbol after which the completion starts (default: the task's ``marker``)."""
@@ -93,12 +96,15 @@ def reaction_pairs(path: Path, options: PairOptions, errors) -> Iterator[dict]:
             continue
         group = ".".join(products)
         for variant in range(1 + options.augment):
+            reactants_v, products_v = reactants, products
             if variant:
-                reactants_v = [_random_smiles(s, rng) for s in reactants]
-                products_v = [_random_smiles(s, rng) for s in products]
-                rng.shuffle(reactants_v)
-            else:
-                reactants_v, products_v = reactants, products
+                randomize_reactants = options.augment_side == "both" or options.task == "forward"
+                randomize_products = options.augment_side == "both" or options.task == "retro"
+                if randomize_reactants:
+                    reactants_v = [_random_smiles(s, rng) for s in reactants]
+                    rng.shuffle(reactants_v)
+                if randomize_products:
+                    products_v = [_random_smiles(s, rng) for s in products]
             r, p = "".join(map(span, reactants_v)), "".join(map(span, products_v))
             prompt, completion = (p + RETRO, r) if options.task == "retro" else (r + REACT, p)
             yield {"id": f"{ident}#{variant}" if variant else ident, "prompt": prompt, "completion": completion,

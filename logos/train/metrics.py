@@ -1,7 +1,7 @@
 """Training metrics: ``metrics.csv`` (one named row per log step, trimmed on resume) and the loss-curve PNG.
 
-Columns: ``step``, ``tokens``, ``elapsed_s``, ``lr``, ``loss``, ``tokens_per_s``, ``val_loss``, then per
-domain of the corpus ``loss_<domain>``, ``val_loss_<domain>`` and ``tokens_<domain>`` (target tokens of
+Columns: ``step``, ``tokens``, ``elapsed_s``, ``cpu_s`` (CPU seconds of the process), ``lr``, ``loss``,
+``tokens_per_s``, ``val_loss``, then per domain of the corpus ``loss_<domain>``, ``val_loss_<domain>`` and ``tokens_<domain>`` (target tokens of
 that domain counted in the loss so far: the mixture actually trained on). Rows are written by name
 (``csv.DictWriter``) and flushed as they are logged; a resumed run first drops the rows past its
 checkpoint (and a torn last line), so every step appears once.
@@ -17,7 +17,7 @@ from logos.train.checkpoint import atomic_write_text
 
 __all__ = ["MetricsLog", "truncate_metrics", "plot_losses", "plot_domain_losses"]
 
-BASE_COLUMNS = ("step", "tokens", "elapsed_s", "lr", "loss", "tokens_per_s", "val_loss")
+BASE_COLUMNS = ("step", "tokens", "elapsed_s", "cpu_s", "lr", "loss", "tokens_per_s", "val_loss")
 
 
 def truncate_metrics(path: Path, step: int) -> int:

@@ -251,6 +251,8 @@ class FinetuneConfig:
     val_fraction: float = 0.05
     augment: int = 0
     """Randomized-SMILES variants per reaction (all on the reaction's side of the split)."""
+    augment_side: str = "both"
+    """``both``: a variant randomizes prompt and completion; ``prompt``: only the prompt (one canonical target)."""
     marker: str | None = None
     """Where ``pocket``/``ligand``/``mof`` records are cut into prompt and completion (default per task)."""
     with_space_group: bool = False
@@ -267,6 +269,8 @@ class FinetuneConfig:
     def __post_init__(self):
         if not 0 <= self.val_fraction < 1 or self.augment < 0 or self.metric_items < 0 or self.metric_samples < 1:
             raise ConfigError("finetune: val_fraction in [0, 1), augment/metric_items >= 0, metric_samples >= 1")
+        if self.augment_side not in ("both", "prompt"):
+            raise ConfigError(f"finetune.augment_side must be 'both' or 'prompt', got {self.augment_side!r}")
         if (self.task == "multitask") != bool(self.parts):
             raise ConfigError("finetune.parts is for task: multitask (and multitask needs parts)")
         for part in self.parts:

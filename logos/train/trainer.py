@@ -111,6 +111,7 @@ class Trainer:
         self.step_count = self.position = self.tokens_seen = 0
         self.domain_tokens = torch.zeros(len(self.domains), dtype=torch.float64)  # this rank's loss tokens per domain
         self.elapsed = 0.0  # training seconds before this process (resumed runs)
+        self.cpu_elapsed = 0.0  # CPU seconds (all threads of this process) before this process
         self.val_by_domain: dict[str, float | None] = {}
         self.skipped: set[int] = set()  # data positions of batches left out (faults.py), carried by checkpoints
         self.skips = 0                  # ... of them, left out by this process
@@ -246,7 +247,7 @@ class Trainer:
     def train(self) -> TrainResult:
         t = self.recipe.train
         meter, first, last, val = LossMeter(len(self.domains)), math.nan, math.nan, None
-        tokens_at_start, self._t0 = self.tokens_seen, time.perf_counter()
+        tokens_at_start, self._t0, self._cpu0 = self.tokens_seen, time.perf_counter(), time.process_time()
         window = (self._t0, self.tokens_seen)
         with self._metrics() as log, self._bar() as bar, StopSignal() as signals:
             while self.step_count < self.schedule.steps:
@@ -271,6 +272,7 @@ class Trainer:
                     break
         seconds = time.perf_counter() - self._t0
         self.elapsed, self._t0 = self.elapsed + seconds, None
+        self.cpu_elapsed += time.process_time() - self._cpu0
         if self.dist.is_main:
             plot_losses(self.out / "metrics.csv", self.out / "loss.png", f"{self.recipe.name}")
             if self.recipe.train.mixture:
@@ -288,6 +290,7 @@ class Trainer:
         lr = self.scheduler.get_last_lr()[0]
         if log is not None:
             row = {"step": self.step_count, "tokens": self.tokens_seen, "elapsed_s": round(self.elapsed_total(), 2),
+                   "cpu_s": round(self.cpu_total(), 2),
                    "lr": lr, "loss": mean, "tokens_per_s": round(tps, 1), "val_loss": val}
             row.update({f"loss_{d}": v for d, v in zip(self.domains, by_domain)})
             row.update({f"tokens_{d}": int(v) for d, v in zip(self.domains, domain_tokens)})
@@ -313,6 +316,10 @@ class Trainer:
     def elapsed_total(self) -> float:
         """Training seconds of this run, earlier processes included (eval, save and export time too)."""
         return self.elapsed + (time.perf_counter() - self._t0 if self._t0 is not None else 0.0)
+
+    def cpu_total(self) -> float:
+        """CPU seconds of this run's processes on this rank, earlier processes included (the cost on a shared machine)."""
+        return self.cpu_elapsed + (time.process_time() - self._cpu0 if self._t0 is not None else 0.0)
 
     def _out_of_time(self) -> bool:
         budget = self.schedule.budget_seconds
@@ -340,6 +347,7 @@ class Trainer:
     def save(self) -> Path | None:
         """Atomic DeepSpeed checkpoint (all ranks), then a refreshed ``hf/`` export."""
         state = {"position": self.position, "tokens": self.tokens_seen, "elapsed": self.elapsed_total(),
+                 "cpu_elapsed": self.cpu_total(),
                  "domain_tokens": self.dist.gather_objects(self.domain_tokens.tolist()),
                  "schedule_steps": self.schedule.total, "recipe": self.recipe.to_dict(),
                  "skipped": sorted(self.skipped)}
@@ -394,6 +402,7 @@ class Trainer:
             return False
         self.step_count, self.position = int(state["step"]), int(state["position"])
         self.tokens_seen, self.elapsed = int(state["tokens"]), float(state.get("elapsed", 0.0))
+        self.cpu_elapsed = float(state.get("cpu_elapsed", 0.0))
         saved = state.get("domain_tokens") or []
         if len(saved) == self.dist.world:  # each rank's own counts; another world size: rank 0 takes the sum
             self.domain_tokens = torch.tensor(saved[self.dist.rank], dtype=torch.float64)
