@@ -87,6 +87,18 @@ class MoleculeOptions:
 
 
 # ---------------------------------------------------------------- reading
+def ranked_by_likelihood(predictions: Path) -> bool:
+    """Whether the samples beside ``predictions`` (``NAME.samples.jsonl`` of ``logos generate``) are written in
+    decreasing log-probability: a file ranked by likelihood, whose first k samples are no unbiased draw."""
+    path = Path(predictions)
+    samples = path.with_name(path.name.split(".")[0] + ".samples.jsonl")
+    if path.name.endswith(".samples.jsonl") or not samples.exists():
+        return False
+    logps = [float(rec["logprob"]) for _, rec in ref.jsonl_records(samples)
+             if rec.get("written", True) and isinstance(rec.get("logprob"), (int, float))]
+    return len(logps) >= 20 and len(set(logps)) > 1 and all(a >= b for a, b in zip(logps, logps[1:]))
+
+
 def read_molecules(path: Path) -> list[str | None]:
     """Raw SMILES per record of ``.smi``/``.txt``/``.csv``/``.sdf``/``.jsonl`` (None: an unreadable record)."""
     path = Path(path)

@@ -10,6 +10,7 @@ dielectric set (crystal), pyhmmer's proteins (protein); the others need ``--refe
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,11 @@ def _molecule(pred, refs, train, opt):
     details: dict = {}
     m = molecules.evaluate(molecules.read_molecules(pred), refs, train, mo, details)
     rep = Report("molecule", molecules.SCHEMA_VERSION, m, molecules.DEFINITIONS, seconds=details["seconds"])
+    if molecules.ranked_by_likelihood(pred):
+        warning = (f"{pred}: samples are sorted by likelihood (its .samples.jsonl), so unique@k over the first k "
+                   "is biased; MOSES reads samples in generation order")
+        print(f"logos evaluate: warning: {warning}", file=sys.stderr)
+        rep.notes.append(warning)
     if 0 < details["n_valid"] < 10_000:
         rep.notes.append(f"unique@10000 is over the {details['n_valid']:,} valid samples available (MOSES warns the same)")
     if train is not None and opt.train_as_given:

@@ -6,11 +6,15 @@ grammar and the row constraint (chemistry of molecule spans; for crystals, the p
 
 - the task's files through the domain writer the output suffix names (``.smi``/``.sdf``, ``.rsmi``,
   ``.fasta``, ``.pocket.csv``/``.pocket.json``, ``.cif``, ``.json``);
-- ``OUT.samples.jsonl``: one line per sample with the input id, rank, raw text, summed model
+- ``OUT.samples.jsonl``: one line per sample with the input id, rank (the position among the input's samples:
+  by likelihood for conditional tasks, generation order for unconditional ones), raw text, summed model
   log-probability, status and, for reactions, how many samples gave the same canonical answer.
 
-Conditional answers are ranked by likelihood; for ``retro`` and ``forward`` equal canonical answers
-are merged (their count kept, the best log-probability ranks them). A sample whose molecule span
+Conditional answers are ranked by likelihood per input; for ``retro`` and ``forward`` equal canonical
+answers are merged (their count kept, the best log-probability ranks them). Unconditional samples (no
+input) keep their generation order, an unbiased draw: metrics that read "the first k" samples
+(MOSES's unique@k) mean what they say; ``OUT.samples.jsonl`` holds every log-probability, so the
+ranked view is one sort away. A sample whose molecule span
 RDKit refuses, that hits a dead end or runs out of budget is resampled up to ``--resamples`` times;
 what still fails is logged (``OUT.errors.jsonl``) and the exit status is 1. For tasks whose completion
 is a whole record (molecules), a finished sample is kept with the model's probability of the end of
@@ -33,7 +37,7 @@ from tqdm import tqdm
 from logos.domains.base import WriterOptions
 from logos.decoding.sampler import NOT_WHOLE, RowResult, Sampling, StepStats, sample_batch
 from logos.tasks import Task, get
-from logos.tasks.prompts import Prompt, build_prompts
+from logos.tasks.prompts import UNCONDITIONAL, Prompt, build_prompts
 from logos.language.grammar import READABLE_GRAMMARS
 from logos.util.records import ErrorLog, InputError, RecordError, errors_path_for
 
@@ -242,12 +246,16 @@ def sample_of(task: Task, prompt: Prompt, text: str, logprob: float, status: str
 
 
 def _rank(task: Task, samples: list[Sample]) -> list[Sample]:
-    """Per input: by likelihood; reactions merge equal canonical answers (count kept, best likelihood ranks)."""
+    """Per input: by likelihood; reactions merge equal canonical answers (count kept, best likelihood ranks).
+    Unconditional samples keep their generation order."""
     by_input: dict[str, list[Sample]] = {}
     for s in samples:
         by_input.setdefault(s.input_id, []).append(s)
     out = []
-    for group in by_input.values():
+    for input_id, group in by_input.items():
+        if input_id == UNCONDITIONAL:
+            out.extend(group)
+            continue
         if task.answer is not None:
             merged: dict[str, Sample] = {}
             rest = []

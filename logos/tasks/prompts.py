@@ -15,16 +15,21 @@ from logos.science.chemistry import canonical_smiles, parse_smiles, span
 from logos.util.records import InputError, RecordError, plain_name
 
 __all__ = ["Prompt", "build_prompts", "head_prompts", "reaction_prompts", "chain_prompts", "crystal_prompts",
-           "search_rules"]
+           "search_rules", "UNCONDITIONAL"]
 
 
 @dataclass
 class Prompt:
-    """One prompt: the input it came from, its id, the grammar text before the completion, extra grammar rules."""
+    """One prompt: the input it came from, its id, the grammar text before the completion, extra grammar rules.
+    Unconditional prompts (no input) have the id :data:`UNCONDITIONAL`."""
 
     input_id: str
     text: str
     rules: str = ""
+
+
+UNCONDITIONAL = "gen"
+"""The input id of unconditional samples (no input line): their order in an output is generation order."""
 
 
 def _lines(path: Path) -> list[tuple[str, str]]:
@@ -134,7 +139,7 @@ def crystal_prompts(task, inputs: Path | None, n: int, errors) -> list[tuple[Pro
     from logos.util.records import open_text
 
     if inputs is None:
-        return [(Prompt("gen", "<CrystalS>", _crystal_rules(None, None)), n)]
+        return [(Prompt(UNCONDITIONAL, "<CrystalS>", _crystal_rules(None, None)), n)]
     out = []
     with open_text(inputs) as fh:
         for line_no, line in enumerate(fh, 1):
@@ -159,7 +164,7 @@ def crystal_prompts(task, inputs: Path | None, n: int, errors) -> list[tuple[Pro
 def head_prompts(task, inputs: Path | None, n: int, errors, head: str) -> list[tuple[Prompt, int]]:
     """The task's opening tags, or one prompt per input line appended to them (e.g. MOF metal nodes)."""
     if inputs is None:
-        return [(Prompt("gen", head), n)]
+        return [(Prompt(UNCONDITIONAL, head), n)]
     return [(Prompt(ident, head + value), n) for ident, value in _lines(inputs)]
 
 
