@@ -54,6 +54,42 @@ def test_molecule_metrics_reproduce_moses_published_values(tmp_path):
     assert m["test_in_train"] == 0
 
 
+def _sampled(tmp_path, name, smiles, logps):
+    path = tmp_path / f"{name}.smi"
+    path.write_text("".join(f"{s}\tgen#{i}\n" for i, s in enumerate(smiles, 1)))
+    path.with_name(f"{name}.samples.jsonl").write_text("".join(
+        json.dumps({"id": "gen", "rank": i, "text": f"<MoleculeS>{s}<MoleculeE>", "logprob": lp, "status": "ok"}) + "\n"
+        for i, (s, lp) in enumerate(zip(smiles, logps), 1)))
+    return path
+
+
+def test_unique_at_k_is_biased_only_when_the_file_is_ranked_and_then_evaluate_warns(tmp_path, capsys):
+    import random
+
+    from logos.evaluate import molecules as M
+
+    pool = [line.split()[0] for line in (ASSETS / "moses_500.smi").read_text().splitlines() if line.strip()]
+    likely, others = pool[:10], pool[10:210]
+    # what a likelihood sort puts first: the few likely molecules, sampled ten times each
+    samples = [(s, -5.0 - i / 100) for i, s in enumerate(likely) for _ in range(10)]
+    samples += [(s, -20.0 - i / 10) for i, s in enumerate(others)]
+    ranked = _sampled(tmp_path, "ranked", *zip(*samples))
+    random.Random(0).shuffle(samples)
+    drawn = _sampled(tmp_path, "drawn", *zip(*samples))
+    assert M.ranked_by_likelihood(ranked) and not M.ranked_by_likelihood(drawn)
+    opts = M.MoleculeOptions(unique_at=(100,), property_sample=0)
+    biased = M.evaluate(M.read_molecules(ranked), reference=None, train=None, options=opts)["unique@100"]
+    fair = M.evaluate(M.read_molecules(drawn), reference=None, train=None, options=opts)["unique@100"]
+    assert biased == pytest.approx(0.10) and fair > 0.6  # the first 100 of a random order hold ~77 distinct
+    ref = ASSETS / "molecules" / "moses_test_200.smi"
+    for path, warned in ((ranked, True), (drawn, False)):
+        assert _cli("--task", "molecule", "--predictions", path, "--references", ref, "-o", tmp_path / path.stem) == 0
+        err = capsys.readouterr().err
+        assert ("sorted by likelihood" in err) is warned
+        notes = (tmp_path / path.stem / "report.md").read_text()
+        assert ("sorted by likelihood" in notes) is warned
+
+
 def test_sa_score_matches_rdkit_contrib_published_scores():
     from rdkit import Chem
 
@@ -223,6 +259,48 @@ def test_reaction_answers_matched_by_product_and_atom_maps_ignored(tmp_path):
     path.write_text("C1CC>>CC\tx\n")  # unparseable answer
     m, _ = evaluate(_truth(3), read_predictions(path))
     assert m["top-1"] == 0.0 and m["invalid@1"] == 1.0
+
+
+def test_repeated_patent_ids_never_score_one_products_answers_against_another(tmp_path):
+    from logos.evaluate.reactions import evaluate, match, read_predictions, read_reference
+    from logos.util.records import InputError
+
+    rows = list(csv.reader(open(USPTO)))
+    ref = tmp_path / "ref.csv"  # rows 1 and 2 share a patent id, as 819 test reactions of USPTO-50k do
+    rows[2][0] = rows[1][0]
+    ref.write_text("".join(",".join(r) + "\n" for r in rows[:6]))
+    truth = read_reference(ref)
+    assert truth[0].name == truth[1].name and truth[0].product != truth[1].product
+    # the second reaction's answers, written under the shared patent id with their product: scored on row 2 only
+    given = tmp_path / "given.rsmi"
+    given.write_text(f"{truth[1].reactants}>>{truth[1].product}\t{truth[1].name}\n")
+    assert set(match(truth, read_predictions(given))) == {"2"}
+    m, _ = evaluate(truth, read_predictions(given))
+    assert m["top-1"] == pytest.approx(1 / 5) and m["answered"] == pytest.approx(1 / 5)
+    # the same answers without their input cannot say which reaction they answer: refused in one line
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text(json.dumps({"id": truth[1].name, "answers": [truth[1].reactants]}) + "\n")
+    with pytest.raises(InputError, match=r"id 'US\w+' names 2 reference reactions \(rows 1, 2\)"):
+        evaluate(truth, read_predictions(bare), source=str(bare))
+    assert _cli("--task", "retro", "--predictions", bare, "--references", ref, "-o", tmp_path / "r") == 2
+    # row numbers and ids that name one row still work without an input
+    by_row = tmp_path / "rows.jsonl"
+    by_row.write_text(json.dumps({"id": "2", "answers": [truth[1].reactants]}) + "\n"
+                      + json.dumps({"id": truth[2].name, "answers": [truth[2].reactants]}) + "\n")
+    m, _ = evaluate(truth, read_predictions(by_row))
+    assert m["top-1"] == pytest.approx(2 / 5)
+
+
+def test_retro_report_gives_wilson_intervals_for_top_k(tmp_path):
+    truth = _truth()
+    half = tmp_path / "half.jsonl"
+    half.write_text("".join(json.dumps({"id": r.id, "answers": [r.reactants if i % 2 else r.product]}) + "\n"
+                            for i, r in enumerate(truth)))
+    assert _cli("--task", "retro", "--predictions", half, "--references", USPTO, "-o", tmp_path / "h") == 0
+    doc = json.loads((tmp_path / "h" / "metrics.json").read_text())
+    assert doc["metrics"]["top-1"] == 0.5
+    (row,) = [r for r in doc["tables"]["95% intervals (Wilson)"] if r["metric"] == "top-1"]
+    assert row["low"] == pytest.approx(0.2993, abs=1e-3) and row["high"] == pytest.approx(0.7007, abs=1e-3)
 
 
 # ---------------------------------------------------------------- crystals

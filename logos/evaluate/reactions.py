@@ -17,10 +17,16 @@ Ranked-answers format (read by :func:`read_predictions`; ``logos generate`` writ
 - JSONL ``{"id": ID, "rank": R, "text": GRAMMAR_TEXT}`` (``OUT.samples.jsonl`` of generation);
 - ``.rsmi`` lines ``reactants>agents>products<TAB>ID#R`` (``#R`` optional: file order is rank order).
 
-The reference is USPTO-50k's CSV (``id,class,reactants>reagents>production``): a reaction's id is
-its 1-based row number (the patent numbers in the ``id`` column repeat: 582 do in the test split).
-A prediction id that is not a row number is matched by the canonical input instead (the product for
-retro, the reactants for forward), so files from other generators need no renumbering.
+The reference is USPTO-50k's CSV (``id,class,reactants>reagents>production``). Predictions find their
+reaction by what they answer, in this order:
+
+1. the canonical input they carry (the product for retro, the reactants for forward), so files from
+   other generators need no renumbering; when several reference reactions share that input, the
+   prediction's id picks among them (else the first one not yet answered);
+2. else the id: a reaction's 1-based row number, or the CSV's ``id`` column where that id names one row
+   only. USPTO-50k's patent ids repeat (4,182 distinct ids for the 5,001 test reactions): an id that
+   names several rows, on a prediction that carries no input, is refused (one line naming the id and
+   the rows) rather than scored against whichever product comes first.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from logos.evaluate.reference import jsonl_records, open_any
 from logos.util.records import InputError, RecordError, plain_name
 
 __all__ = ["ReactionOptions", "Reaction", "SCHEMA_VERSION", "DEFINITIONS", "canonical_set", "read_reference",
-           "read_predictions", "evaluate", "contamination"]
+           "read_predictions", "match", "evaluate", "contamination"]
 
 SCHEMA_VERSION = 1
 DEFINITIONS = {
@@ -57,10 +63,11 @@ class ReactionOptions:
 
 @dataclass
 class Reaction:
-    id: str
+    id: str  # 1-based row number in the reference file
     cls: str
     reactants: str  # canonical set
     product: str  # canonical set
+    name: str = ""  # the file's own id (USPTO-50k: a patent number, not unique)
 
 
 def read_reference(path: Path, limit: int | None = None) -> list[Reaction]:
@@ -75,10 +82,13 @@ def read_reference(path: Path, limit: int | None = None) -> list[Reaction]:
             if col is None:
                 raise InputError(f"{path}: no reaction column in the header {header}")
             cls_col = header.index("class") if "class" in header else None
-            items = ((str(i), r[cls_col] if cls_col is not None else "", r[col]) for i, r in enumerate(rows, 1))
+            id_col = header.index("id") if "id" in header else None
+            items = ((str(i), r[cls_col] if cls_col is not None else "", r[col], r[id_col] if id_col is not None else "")
+                     for i, r in enumerate(rows, 1))
         else:
-            items = ((str(i), "", line.split()[0]) for i, line in enumerate(fh, 1) if line.strip())
-        for ident, cls, rxn in items:
+            items = ((str(i), "", f[0], f[1] if len(f) > 1 else "")
+                     for i, f in ((i, line.split()) for i, line in enumerate(fh, 1)) if f)
+        for ident, cls, rxn, name in items:
             if limit and len(out) >= limit:
                 break
             sides = rxn.split(">")
@@ -87,7 +97,7 @@ def read_reference(path: Path, limit: int | None = None) -> list[Reaction]:
             r, p = canonical_set(sides[0]), canonical_set(sides[2])
             if r is None or p is None:
                 raise InputError(f"{path}:{ident}: RDKit cannot parse the reaction {rxn[:60]!r}")
-            out.append(Reaction(ident, cls, r, p))
+            out.append(Reaction(ident, cls, r, p, name))
     return out
 
 
@@ -139,22 +149,51 @@ def _from_text(text: str, task: str) -> tuple[str | None, str | None]:
         return None, None
 
 
-def evaluate(reference: list[Reaction], predictions: dict[str, list[tuple[str | None, str | None]]],
-             options: ReactionOptions = ReactionOptions()) -> tuple[dict, list[dict]]:
-    """(metrics, per-class rows) of ranked predictions against the reference reactions."""
-    retro = options.task == "retro"
-    by_input: dict[str, list[tuple[str | None, str | None]]] = {}
-    for answers in predictions.values():
+def match(reference: list[Reaction], predictions: dict[str, list[tuple[str | None, str | None]]],
+          task: str = "retro", source: str = "predictions") -> dict[str, list[tuple[str | None, str | None]]]:
+    """Reference row id -> the ranked answers meant for it (see the module docstring for the order of keys)."""
+    retro = task == "retro"
+    by_row = {rx.id: rx for rx in reference}
+    by_name: dict[str, list[Reaction]] = defaultdict(list)
+    by_input: dict[str, list[Reaction]] = defaultdict(list)
+    for rx in reference:
+        if rx.name:
+            by_name[rx.name].append(rx)
+        by_input[rx.product if retro else rx.reactants].append(rx)
+    out: dict[str, list[tuple[str | None, str | None]]] = {}
+    for ident, answers in predictions.items():
         src = next((s for _, s in answers if s), None)
         key = canonical_set(src) if src else None
-        if key:
-            by_input.setdefault(key, answers)
+        if key is not None:
+            same = [rx for rx in by_input.get(key, []) if rx.id not in out]
+            chosen = next((rx for rx in same if ident in (rx.id, rx.name)), same[0] if same else None)
+            if chosen is not None:
+                out[chosen.id] = answers
+            continue
+        if ident in by_row:
+            out.setdefault(ident, answers)
+            continue
+        named = by_name.get(ident, [])
+        if len(named) > 1:
+            rows = ", ".join(rx.id for rx in named[:5]) + (", ..." if len(named) > 5 else "")
+            raise InputError(f"{source}: id {ident!r} names {len(named)} reference reactions (rows {rows}) and the "
+                             "prediction carries no input: use row numbers as ids, or give the input")
+        if named:
+            out.setdefault(named[0].id, answers)
+    return out
+
+
+def evaluate(reference: list[Reaction], predictions: dict[str, list[tuple[str | None, str | None]]],
+             options: ReactionOptions = ReactionOptions(), source: str = "predictions") -> tuple[dict, list[dict]]:
+    """(metrics, per-class rows) of ranked predictions against the reference reactions."""
+    retro = options.task == "retro"
+    matched = match(reference, predictions, options.task, source)
     hits = {k: 0 for k in options.ks}
     per_class: dict[str, dict] = defaultdict(lambda: {"n": 0, **{k: 0 for k in options.ks}})
     invalid1 = given = invalid_all = answered = 0
     for rx in reference:
         target = rx.reactants if retro else rx.product
-        answers = predictions.get(rx.id) or by_input.get(rx.product if retro else rx.reactants) or []
+        answers = matched.get(rx.id, [])
         canon = [canonical_set(a) if a else None for a, _ in answers]
         answered += bool(answers)
         given += len(canon)

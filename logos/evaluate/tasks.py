@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from logos.evaluate import crystals, ligands, mofs, molecules, pockets, proteins, reactions
+from logos.evaluate import crystals, ligands, mofs, molecules, pockets, proteins, reactions, stats
 from logos.evaluate import reference as ref
 from logos.evaluate.report import Report, write_report
 from logos.tasks import TASKS as TASKS_BY_NAME, get, names
@@ -65,11 +65,16 @@ def _reactions(task):
             test = reactions.read_reference(path, opt.limit)
         else:
             test = [reactions.Reaction(**r) for r in ref.cached_json(
-                "reactions", path, lambda: [r.__dict__ for r in reactions.read_reference(path)])]
-        m, rows = reactions.evaluate(test, reactions.read_predictions(pred, task), reactions.ReactionOptions(task))
+                "reactions-v2", path, lambda: [r.__dict__ for r in reactions.read_reference(path)])]
+        m, rows = reactions.evaluate(test, reactions.read_predictions(pred, task), reactions.ReactionOptions(task),
+                                     source=str(pred))
         if train is not None:
             m["test_in_train"] = reactions.contamination(test, ref.resolve_reference(train))
-        return Report(task, reactions.SCHEMA_VERSION, m, reactions.DEFINITIONS, tables={"per reaction class": rows}), {}
+        n = m["n"]
+        intervals = [{"metric": k, "value": m[k], **dict(zip(("low", "high"), stats.wilson(round(m[k] * n), n)))}
+                     for k in m if k.startswith("top-") and m[k] is not None]
+        return Report(task, reactions.SCHEMA_VERSION, m, reactions.DEFINITIONS,
+                      tables={"per reaction class": rows, "95% intervals (Wilson)": intervals}), {}
     return run
 
 
