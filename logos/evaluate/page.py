@@ -8,7 +8,7 @@ the style sheet is inline, and links to the output files are relative. Each sect
 own: an output a library cannot read (a CIF pymatgen refuses, a SMILES RDKit refuses) is shown as
 such with the reason, and a section that fails altogether says so instead of ending the page.
 
-Sections, in order: the run's summary table; molecules (a grid, ranked by likelihood); reactions
+Sections, in order: the run's summary table; molecules (a grid, shown most likely first); reactions
 (retrosynthesis and forward prediction drawn as reactions, with the recorded answer when known);
 protein and antibody sequences; binding-site search (the sequence with predicted pocket residues
 highlighted, against the ligand's true pocket when the structure has one); ligands; crystals (a
@@ -403,7 +403,8 @@ def _molecules(page: _Page) -> str:
 
     out = []
     for s in page.step("molecule"):
-        recs = _samples(page.root / s.samples)
+        # the file keeps generation order (an unbiased draw); the page shows the most likely molecules first
+        recs = sorted(_samples(page.root / s.samples), key=lambda r: -(r.get("logprob") or float("-inf")))
         distinct: dict[str, list[dict]] = {}  # canonical SMILES (or the raw text) -> its samples, best first
         for r in recs:
             smi = ".".join(_spans(r["text"], "Molecule"))
@@ -418,7 +419,8 @@ def _molecules(page: _Page) -> str:
                          f'<div class="meta">rank {r.get("rank")} · log p {_num(r.get("logprob"), 1)}{times}'
                          f'{"" if r.get("written") else " · <b>not written</b>"}</div></div>')
         out.append(f"<h3>{_e(s.title)}</h3><p class='small'>{len(cards)} of the {len(distinct)} distinct molecules "
-                   f"among {len(recs)} samples, most likely first; file: {_output_link(page.root, s.output)}</p>"
+                   f"among {len(recs)} samples, shown most likely first (the file keeps generation order); file: "
+                   f"{_output_link(page.root, s.output)}</p>"
                    f"<div class='grid'>{''.join(cards)}</div>")
     return "".join(out)
 
