@@ -1,0 +1,218 @@
+"""USPTO-50k retrosynthesis finetune: learning curves by CPU-minutes, test top-k, decoding choices; BENCHMARKS.md.
+
+Reads finetune runs made with ``finetune/retro.yaml`` (one per arm, e.g. from ``checkpoints/logos-tiny`` and
+from a random model of the same shape and tokenizer, ``benchmarks/scratch_init.py``), and:
+
+1. draws validation top-1 (``task_metrics.csv``, scored by the trainer) and training loss against the CPU
+   minutes the run had spent at that step (``metrics.csv``'s ``cpu_s``): ``benchmarks/figures/retro_finetune.png``;
+2. scores each run's ``best/`` (selected by validation top-1) on the test split with the user's commands'
+   code: ``logos generate --task retro -n SAMPLES`` on the test products (ids = row numbers), then
+   ``logos evaluate --task retro`` (top-1/3/5/10 with Wilson 95% intervals, invalid rate); the report of
+   each lands in ``RUN/test_report/`` and is reused on a rerun unless ``--rescore``;
+3. with ``--decoding N``: on N seeded validation products and the first run's ``best/``, sampling ``-n 10``
+   against sampling more and keeping the 10 most likely distinct answers, and a lower temperature, timed
+   side by side;
+4. rewrites its section of BENCHMARKS.md (``--no-write``: print it only).
+
+    PYTHONPATH=. python benchmarks/retro_finetune.py --run pretrained=runs/retro-pretrained \\
+        --run scratch=runs/retro-scratch --test raw_test.csv.xz --valid raw_valid.csv.xz --decoding 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+FIGURE = REPO / "benchmarks" / "figures" / "retro_finetune.png"
+BEGIN, END = "<!-- retro finetune -->", "<!-- /retro finetune -->"
+KS = (1, 3, 5, 10)
+
+
+def curve(run: Path) -> list[dict]:
+    """Per scored step: step, CPU minutes, validation top-1, training loss at that step."""
+    train = {int(r["step"]): r for r in csv.DictReader(open(run / "metrics.csv")) if r.get("loss")}
+    out = []
+    for r in csv.DictReader(open(run / "task_metrics.csv")):
+        step = int(r["step"])
+        near = train.get(step) or train[max(s for s in train if s <= step)]
+        out.append({"step": step, "cpu_min": float(near["cpu_s"]) / 60, "top1": float(r["value"]),
+                    "loss": float(near["loss"]), "items": int(r["items"])})
+    return out
+
+
+def losses(run: Path) -> list[tuple[float, float]]:
+    return [(float(r["cpu_s"]) / 60, float(r["loss"])) for r in csv.DictReader(open(run / "metrics.csv")) if r.get("loss")]
+
+
+def plot(runs: dict[str, Path], curves: dict[str, list[dict]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, run in runs.items():
+        c = curves[name]
+        a.plot([p["cpu_min"] for p in c], [100 * p["top1"] for p in c], "o-", label=name)
+        x, y = zip(*losses(run))
+        b.plot(x, y, label=name)
+    a.set(xlabel="CPU minutes of finetuning", ylabel="top-1 (%)", title="USPTO-50k validation top-1 (held-out products)")
+    b.set(xlabel="CPU minutes of finetuning", ylabel="training loss", title="training loss", yscale="log")
+    for ax in (a, b):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    FIGURE.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(FIGURE, dpi=110)
+
+
+def subset(reference: Path, work: Path, items: int, seed: int) -> tuple[Path, Path, int]:
+    """(reference CSV, products file, n): a seeded subset of the reference's rows when 0 < items < all, written
+    as a CSV of its own so its row numbers are the ids, and its products one per line with that id."""
+    from logos.evaluate.reactions import read_reference
+    from logos.evaluate.reference import open_any
+
+    if items:
+        with open_any(reference) as fh:
+            header, *rows = list(csv.reader(fh))
+        if items < len(rows):
+            keep = sorted(random.Random(seed).sample(range(len(rows)), items))
+            reference = work / "reference.csv"
+            with open(reference, "w", newline="") as fh:
+                csv.writer(fh).writerows([header] + [rows[i] for i in keep])
+    reactions = read_reference(reference)
+    products = work / "products.smi"
+    products.write_text("".join(f"{r.product} {r.id}\n" for r in reactions))
+    return reference, products, len(reactions)
+
+
+def logos(*args) -> None:
+    subprocess.run([sys.executable, "-m", "logos.cli", *map(str, args)], check=True, cwd=REPO)
+
+
+def score(checkpoint: Path, reference: Path, work: Path, samples: int, items: int, seed: int,
+          temperature: float = 1.0, keep: int = 0, rescore: bool = False) -> dict:
+    """Generate answers for the reference's products and score them; the report is reused unless ``rescore``."""
+    report = work / "metrics.json"
+    if report.exists() and not rescore:
+        return json.loads(report.read_text())
+    work.mkdir(parents=True, exist_ok=True)
+    reference, products, n = subset(reference, work, items, seed)
+    t = time.perf_counter()
+    logos("generate", "--checkpoint", checkpoint, "--task", "retro", "--input", products,
+          "-n", samples, "--batch-size", 64, "--seed", seed, "--temperature", temperature, "-o", work / "routes.rsmi")
+    seconds = time.perf_counter() - t
+    predictions = work / "routes.samples.jsonl"
+    if keep:  # the `keep` most likely distinct answers of each product (the file is ranked per input)
+        lines = [json.loads(line) for line in open(predictions)]
+        predictions = work / f"routes.top{keep}.jsonl"
+        predictions.write_text("".join(json.dumps(r) + "\n" for r in lines if int(r["rank"]) <= keep))
+    logos("evaluate", "--task", "retro", "--predictions", predictions, "--references", reference,
+          "-o", work / "report")
+    doc = json.loads((work / "report" / "metrics.json").read_text())
+    m = doc["metrics"]
+    ci = {r["metric"]: (r["low"], r["high"]) for r in doc["tables"]["95% intervals (Wilson)"]}
+    out = {"checkpoint": str(checkpoint), "items": n, "samples": samples, "temperature": temperature, "keep": keep,
+           "seconds": round(seconds, 1), "invalid@1": m["invalid@1"], "answered": m["answered"],
+           **{f"top-{k}": m[f"top-{k}"] for k in KS}, "ci95": ci}
+    report.write_text(json.dumps(out, indent=1))
+    return out
+
+
+def pct(v: float) -> str:
+    return f"{100 * v:.1f}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--run", action="append", required=True, help="NAME=RUN_DIR (a logos finetune out_dir)")
+    ap.add_argument("--test", type=Path, required=True, help="USPTO-50k raw_test.csv(.xz)")
+    ap.add_argument("--valid", type=Path, help="raw_valid.csv(.xz), for --decoding")
+    ap.add_argument("--items", type=int, default=0, help="test products scored (0: all)")
+    ap.add_argument("--samples", type=int, default=10)
+    ap.add_argument("--decoding", type=int, default=0, help="validation products for the decoding comparison")
+    ap.add_argument("--rescore", action="store_true")
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+
+    runs = {name: Path(d) for name, d in (r.split("=", 1) for r in args.run)}
+    curves = {name: curve(run) for name, run in runs.items()}
+    plot(runs, curves)
+    budget = min(c[-1]["cpu_min"] for c in curves.values())
+    tests = {}
+    for name, run in runs.items():
+        print(f"retro_finetune: scoring {name}'s best/ on the test split", file=sys.stderr)
+        tests[name] = score(run / "best", args.test, run / "test_report", args.samples, args.items, 0,
+                            rescore=args.rescore)
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
+    lines = [BEGIN, "### Retrosynthesis, USPTO-50k: finetuned from logos-tiny against from scratch", "",
+             f"Measured at {commit}. Training split `train.csv.xz` (39,919 reactions), model selection by top-1 on "
+             "200 held-out validation products (`raw_valid.csv.xz`, 5 samples each, scored by the trainer every 500 "
+             "steps), test on `raw_test.csv.xz` (reaction class unknown to the model), "
+             f"{args.samples} samples per product, equal canonical answers merged and ranked by likelihood. "
+             "Both arms: the same recipe, tokenizer and shape (5.0M parameters); scratch is a random "
+             "initialisation (`benchmarks/scratch_init.py`, seed 0). CPU minutes: the finetune process's CPU "
+             "time, validation scoring included; both arms ran side by side, one thread each.", "",
+             "| arm | steps | CPU min | best val top-1 (step) | val top-1 at "
+             f"{budget:.0f} CPU min | test items | top-1 | top-3 | top-5 | top-10 | invalid@1 |",
+             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, c in curves.items():
+        best = max(c, key=lambda p: (p["top1"], -p["step"]))
+        at = max((p for p in c if p["cpu_min"] <= budget + 1e-9), key=lambda p: p["top1"])
+        t = tests[name]
+        cells = [f"{pct(t[f'top-{k}'])} ({pct(t['ci95'][f'top-{k}'][0])}-{pct(t['ci95'][f'top-{k}'][1])})" for k in KS]
+        lines.append(f"| {name} | {c[-1]['step']:,} | {c[-1]['cpu_min']:.0f} | {pct(best['top1'])} ({best['step']:,}) "
+                     f"| {pct(at['top1'])} | {t['items']:,} | " + " | ".join(cells) + f" | {pct(t['invalid@1'])} |")
+    lines += ["", f"![validation top-1 and loss against CPU minutes](benchmarks/figures/{FIGURE.name})", "",
+              "Validation top-1 by CPU minutes:", "",
+              "| arm | " + " | ".join(f"{p['cpu_min']:.0f}" for p in next(iter(curves.values()))) + " |",
+              "|---|" + "---:|" * len(next(iter(curves.values())))]
+    for name, c in curves.items():
+        lines.append(f"| {name} (CPU min: top-1) | " + " | ".join(f"{p['cpu_min']:.0f}: {pct(p['top1'])}" for p in c) + " |")
+
+    if args.decoding:
+        if not args.valid:
+            ap.error("--decoding needs --valid")
+        first = next(iter(runs.values()))
+        configs = [("sample 10 (default)", dict(samples=10)),
+                   ("sample 20, keep the 10 most likely distinct", dict(samples=20, keep=10)),
+                   ("sample 10 at temperature 0.7", dict(samples=10, temperature=0.7)),
+                   ("sample 20 at temperature 0.7, keep 10", dict(samples=20, temperature=0.7, keep=10))]
+        lines += ["", f"Decoding on {args.decoding} seeded validation products, `{first.name}`'s best/, one after "
+                  "another on the same machine:", "",
+                  "| decoding | seconds | top-1 | top-3 | top-5 | top-10 |", "|---|---:|---:|---:|---:|---:|"]
+        for i, (label, cfg) in enumerate(configs):
+            d = score(first / "best", args.valid, first / f"decoding_{i}", items=args.decoding, seed=1,
+                      rescore=args.rescore, **cfg)
+            lines.append(f"| {label} | {d['seconds']:.0f} | " + " | ".join(pct(d[f"top-{k}"]) for k in KS) + " |")
+    lines += ["", "Commands:", "", "```",
+              "logos finetune --config finetune/retro.yaml --set \"finetune.sources=[train.csv.xz]\" \\",
+              "    --set \"finetune.val_sources=[raw_valid.csv.xz]\" --set train.out_dir=runs/retro-pretrained",
+              "python benchmarks/scratch_init.py checkpoints/logos-tiny runs/scratch-init",
+              "logos finetune --config finetune/retro.yaml ... --set train.init_from=runs/scratch-init "
+              "--set train.out_dir=runs/retro-scratch",
+              "python benchmarks/retro_finetune.py --run pretrained=runs/retro-pretrained --run scratch=runs/retro-scratch \\",
+              "    --test raw_test.csv.xz --valid raw_valid.csv.xz --decoding 200", "```", END]
+    text = "\n".join(lines)
+    print(text)
+    if not args.no_write:
+        path = REPO / "BENCHMARKS.md"
+        doc = path.read_text()
+        if BEGIN in doc:
+            doc = doc[:doc.index(BEGIN)] + text + doc[doc.index(END) + len(END):]
+        else:
+            doc = doc.rstrip("\n") + "\n\n" + text + "\n"
+        path.write_text(doc)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
