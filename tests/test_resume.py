@@ -213,3 +213,23 @@ def test_a_time_budgeted_run_resumes_on_the_same_lr_and_loss_curve(shards, tmp_p
         assert [v for _, v in got] == pytest.approx([v for _, v in expected], rel=1e-5, abs=1e-7), column
     lrs = dict(rows(tmp_path / "budget", "lr"))
     assert lrs[10] == pytest.approx(lrs[3]) and lrs[16] < lrs[11] < lrs[10]  # held at the peak, then decayed
+
+
+def test_schedule_steps_given_on_resume_replans_the_rest_of_the_run(shards, tmp_path):
+    """A run planned for 8 steps, killed after step 5 (checkpoint 4) and resumed with train.schedule_steps=6,
+    decays over the new length: it stops at 6 at the lowest LR, with steps 1-4 as the first plan had them."""
+    out = tmp_path / "run"
+    recipe = write_recipe(shards, out)
+    killed = subprocess.run(pretrain_cmd(recipe), env={**cli_env(), **fault_env({"kill_after_step": 5})},
+                            capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    first = dict(rows(out, "lr"))
+    doc = yaml.safe_load(recipe.read_text())
+    doc["train"].update(max_steps=6, schedule_steps=6)
+    recipe.write_text(yaml.safe_dump(doc, sort_keys=False))
+    run(recipe, resume=True)
+    lrs = dict(rows(out, "lr"))
+    assert sorted(lrs) == list(range(1, 7))
+    assert [lrs[s] for s in range(1, 5)] == pytest.approx([first[s] for s in range(1, 5)])
+    peak, ratio = doc["train"]["lr"], doc["train"]["min_lr_ratio"]
+    assert lrs[5] < first[5] and lrs[6] == pytest.approx(peak * ratio, rel=1e-4)

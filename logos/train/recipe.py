@@ -131,7 +131,8 @@ class TrainConfig:
     it (the LR holds its peak until then), so a resumed run follows the same LR as an uninterrupted one."""
     schedule_steps: int | None = None
     """The LR schedule's length in steps, given explicitly (default: ``max_steps``, or measured under ``max_minutes``);
-    the run stops there."""
+    the run stops there. Given on ``--resume``, it re-plans the rest of the run (the decay from the resumed step
+    follows the new length) instead of the length the checkpoint recorded."""
     lr: float = 1e-3
     """Peak learning rate."""
     min_lr_ratio: float = 0.1

@@ -408,8 +408,8 @@ class Trainer:
             self.domain_tokens = torch.tensor(saved[self.dist.rank], dtype=torch.float64)
         elif saved and self.dist.is_main:
             self.domain_tokens = torch.tensor(saved, dtype=torch.float64).sum(0)
-        if state.get("schedule_steps") is not None:
-            self.schedule.total = int(state["schedule_steps"])
+        if state.get("schedule_steps") is not None and self.recipe.train.schedule_steps is None:
+            self.schedule.total = int(state["schedule_steps"])  # an explicit train.schedule_steps re-plans the rest
         self.skipped |= {int(p) for p in state.get("skipped", [])}
         return True
 
