@@ -16,6 +16,11 @@ molecule spans (same ``check`` / ``advance`` interface, one candidate token at a
 
 Rows whose prompt has no composition header, and sites with partial occupancy (``<Occ>``), are not
 counted (the writer still checks them).
+
+The same count decides, before any sampling, which cells of a formula a space group can hold:
+:func:`placeable` (whole counts of distinct elements, placed at once) and :func:`formula_units` (the
+numbers Z of formula units whose cell ``Z x formula`` is placeable, up to an atom cap), which give
+structure prediction from a formula its header choices.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from logos.science.materials.parse import parse_composition
 from logos.science.materials.wyckoff import LETTERS, MULTIPLICITY
 from logos.util.records import RecordError
 
-__all__ = ["CompositionRows", "feasible"]
+__all__ = ["CompositionRows", "feasible", "placeable", "formula_units", "smallest_formula_units", "cell_counts"]
 
 CLOSE = "<CrystalE>"
 _HEADER = re.compile(r"<CrystalS>([A-Z][A-Za-z0-9.]*)(?=<sg\d+>|$)")
@@ -71,6 +76,8 @@ def _assignable(sg: int, unused_fixed: frozenset[int], counts: tuple[int, ...]) 
     (any number of times) and a set of the unused fixed positions, no fixed position shared between elements."""
     if not counts:
         return True
+    if len(counts) == 1:  # one element: the reachable counts are exactly its own
+        return counts[0] in _fillable(sg, unused_fixed, counts[0])
     if len(unused_fixed) > 12:  # not met by any group; a bound on the subsets tried
         return all(c in _fillable(sg, unused_fixed, c) for c in counts)
     first, rest = counts[0], counts[1:]
@@ -83,6 +90,63 @@ def _assignable(sg: int, unused_fixed: frozenset[int], counts: tuple[int, ...]) 
                     _assignable(sg, unused_fixed - frozenset(subset), rest):
                 return True
     return False
+
+
+def placeable(counts: dict[str, int], space_group: int) -> bool:
+    """Whether whole atom counts of distinct elements can all be placed at once on the group's Wyckoff positions:
+    each element on positions with free coordinates (any number of times) and on fixed positions no other element
+    takes (each at most once)."""
+    return _assignable(space_group, _fixed(space_group), tuple(sorted(v for v in counts.values() if v)))
+
+
+def cell_counts(formula: dict[str, float], units: int) -> dict[str, int] | None:
+    """The whole atom counts of ``units`` formula units (``Fe2O3`` x 6 -> Fe12 O18), or None where a count is not
+    whole (``Fe1.5O2`` x 1)."""
+    out = {}
+    for el, n in formula.items():
+        total = n * units
+        if abs(total - round(total)) > 1e-6 or round(total) < 1:
+            return None
+        out[el] = int(round(total))
+    return out
+
+
+def _unit(formula: dict[str, float]) -> int | None:
+    """The fewest formula units with whole counts (1 for ``Fe2O3``, 2 for ``Fe1.5O2``; None past 1000)."""
+    return next((z for z in range(1, 1001) if cell_counts(formula, z) is not None), None)
+
+
+def formula_units(formula: dict[str, float], space_group: int | None, max_atoms: int) -> list[int]:
+    """The numbers of formula units Z (ascending) whose cell has whole counts, at most ``max_atoms`` atoms and, in
+    ``space_group``, a placement on its Wyckoff positions (without a group: every one, as P1 holds any cell)."""
+    unit = _unit(formula)
+    if unit is None:
+        return []
+    out = []
+    z = unit
+    while True:
+        counts = cell_counts(formula, z)
+        if counts is not None:
+            if sum(counts.values()) > max_atoms:
+                return out
+            if space_group is None or placeable(counts, space_group):
+                out.append(z)
+        z += unit
+
+
+def smallest_formula_units(formula: dict[str, float], space_group: int | None) -> int | None:
+    """The fewest formula units whose cell can be placed in the group (without a group: the fewest with whole counts,
+    as P1 holds any cell), whatever its size. One always can: ``M`` units (``M`` the general position's multiplicity,
+    times the units that make the counts whole) fill general positions only; None only where no number of units up
+    to 1000 makes the counts whole."""
+    unit = _unit(formula)
+    if unit is None or space_group is None:
+        return unit
+    for z in range(unit, unit * max(MULTIPLICITY[space_group]) + 1, unit):
+        counts = cell_counts(formula, z)
+        if counts is not None and placeable(counts, space_group):
+            return z
+    return None  # not reached: the general position's multiplicity always fits
 
 
 def feasible(target: dict[str, int], text: str, final: bool) -> bool:
