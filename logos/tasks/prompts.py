@@ -143,7 +143,7 @@ def _crystal_rules(space_group: int | None, composition: str | None, headers: tu
 
     rules = crystal_task_rules([space_group] if space_group else None, 4, composition, headers=headers)
     if composition is not None or headers:  # sites may only name the composition's elements
-        elements = sorted(set(re.findall(r"[A-Z][a-z]?", composition or headers[0])), key=len, reverse=True)
+        elements = sorted(set(re.findall(r"[A-Z][a-z]?", composition or headers[0])), key=lambda e: (-len(e), e))
         rules = re.sub(r"(?m)^XTAL_EL: .*$", f"XTAL_EL: / ({'|'.join(elements)})/", rules)
     return rules
 

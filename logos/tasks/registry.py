@@ -195,7 +195,7 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("ligand", "ligands for marked pockets", "task_ligand", "<MoleculeE>", _MOL, conditional=True, budget=96,
          rules="task_ligand: chains molecule", prompts=_prompts("chain_prompts", "marked"), rows=_chemistry_rows,
          pairs=_pairs("split_pairs"), marker="<MoleculeS>", evaluate=True),
-    Task("crystal", "crystals (unconditional, or from compositions)", "task_crystal", "<CrystalE>",
+    Task("crystal", "crystals (unconditional, or from formulas)", "task_crystal", "<CrystalE>",
          frozenset({"<CrystalE>", "<Occ>"}) | _CRYSTAL_SYMBOLS, budget=256,  # rules: per request (grammar v2)
          prompts=_prompts("crystal_prompts"), rows=_composition_rows, evaluate=True, reference="mp-dielectric"),
     Task("csp", "crystal structure prediction (generate with --task crystal --input)", pairs=_pairs("csp_pairs"),
