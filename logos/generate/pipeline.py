@@ -328,12 +328,15 @@ def _write(task: Task, samples: list[Sample], out: Path, writer_cls, options: Wr
 
 def run(output: str | Path, task: str = "molecule", n: int = 100, inputs: str | Path | None = None,
         checkpoint: str | Path | None = None, seed: int = 0, temperature: float = 1.0, max_new_tokens: int = 0,
-        batch_size: int = 16, constrained: bool = True, device: str = "cpu") -> GenerateResult:
+        batch_size: int = 16, constrained: bool = True, device: str = "cpu", cell_composition: bool = False
+        ) -> GenerateResult:
     """``logos generate`` from Python, with its defaults: sample ``task`` from ``checkpoint`` (default: the shipped
-    one) and write the files ``output`` names plus ``OUTPUT.samples.jsonl``."""
+    one) and write the files ``output`` names plus ``OUTPUT.samples.jsonl`` (``cell_composition``: as
+    ``--cell-composition``)."""
     from logos.util.resources import DEFAULT_CHECKPOINT, resolve
 
     options = GenerateOptions(task=task, n=n, batch_size=batch_size, seed=seed, constrained=constrained,
-                              device=device, sampling=Sampling(temperature=temperature, max_new_tokens=max_new_tokens))
+                              device=device, sampling=Sampling(temperature=temperature, max_new_tokens=max_new_tokens),
+                              prompts=PromptOptions(cell_composition=cell_composition))
     return generate(resolve(checkpoint or DEFAULT_CHECKPOINT), Path(output), options,
                     inputs=Path(inputs) if inputs else None, progress=False)
