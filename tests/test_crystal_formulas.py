@@ -17,7 +17,7 @@ import pytest
 
 from conftest import ASSETS, REPO
 from train_fixtures import random_checkpoint
-from logos.decoding.composition import formula_units, placeable, smallest_formula_units
+from logos.decoding.composition import formula_units, placeable, placement_problem, smallest_formula_units
 from logos.generate import GenerateOptions, generate
 from logos.tasks import get
 from logos.tasks.prompts import PromptOptions, build_prompts
@@ -51,11 +51,11 @@ def _samples(out) -> list[dict]:
 
 def test_the_cells_a_space_group_can_hold():
     """R-3c (hexagonal cell: 6a 6b 12c 18d 18e 36f): Fe2O3 fits only as Fe12O18 (12c + 18e) up to 48 atoms; Pnma
-    holds olivine as Z = 4; Fm-3m holds NaCl as Na4Cl4, Na8Cl8 (8c against 4a + 4b) and Na24Cl24; the spinel needs 56
-    atoms. Without a group every whole-count multiple fits (P1)."""
+    holds olivine as Z = 4; Fm-3m holds NaCl as Na4Cl4 and Na24Cl24 (Na8Cl8 only with more symmetry); the spinel
+    needs 56 atoms. Without a group every whole-count multiple fits (P1)."""
     assert formula_units({"Fe": 2, "O": 3}, 167, 48) == [6]
     assert formula_units({"Li": 1, "Fe": 1, "P": 1, "O": 4}, 62, 48) == [4]
-    assert formula_units({"Na": 1, "Cl": 1}, 225, 48) == [4, 8, 24]
+    assert formula_units({"Na": 1, "Cl": 1}, 225, 48) == [4, 24]  # Na8Cl8 only as CsCl of half the edge (Pm-3m)
     assert formula_units({"Na": 1, "Cl": 1}, None, 6) == [1, 2, 3]
     assert formula_units({"Fe": 1.5, "O": 2}, None, 14) == [2, 4]  # whole counts only: Fe3O4, Fe6O8
     assert formula_units({"Mg": 1, "Al": 2, "O": 4}, 227, 48) == [] and \
@@ -63,6 +63,8 @@ def test_the_cells_a_space_group_can_hold():
     assert smallest_formula_units({"Fe": 2, "O": 3}, 167) == 6
     assert placeable({"Na": 4, "Cl": 4}, 225) and not placeable({"Na": 2, "Cl": 2}, 225)
     assert not placeable({"Na": 12, "Cl": 12}, 225)  # 12 = 4 + 8 for one element only: 4a/4b and 8c are not shared
+    assert "more symmetry (group 221)" in placement_problem({"Na": 8, "Cl": 8}, 225)
+    assert placement_problem({"Ca": 1, "Ti": 1, "O": 3}, 221) is None  # perovskite: 1a 1b 3c, all fixed, stays Pm-3m
 
 
 def test_formula_lines_are_formula_units_unless_the_line_or_flag_fixes_the_cell(tmp_path):
@@ -75,32 +77,33 @@ def test_formula_lines_are_formula_units_unless_the_line_or_flag_fixes_the_cell(
     assert by_id["hematite"].text == "<CrystalS>Fe12O18<sg167>"  # the one cell that fits is the prompt
     assert by_id["olivine"].text == by_id["z4"].text == "<CrystalS>Fe4Li4O16P4<sg62>"
     rock = by_id["rocksalt"]  # several cells fit: the model chooses, knowing the group
-    assert rock.choices == "Cl4Na4|Cl8Na8|Cl24Na24"
-    assert [a.text for a in rock.alternatives] == [f"<CrystalS>Cl{k}Na{k}<sg225>" for k in (4, 8, 24)]
-    assert re.search(r'(?m)^xtal_head: "Cl4Na4" \| "Cl8Na8" \| "Cl24Na24"$', rock.rules)
+    assert rock.choices == "Cl4Na4|Cl24Na24"
+    assert [a.text for a in rock.alternatives] == [f"<CrystalS>Cl{k}Na{k}<sg225>" for k in (4, 24)]
+    assert re.search(r'(?m)^xtal_head: "Cl4Na4" \| "Cl24Na24"$', rock.rules)
     free = by_id["free"]  # no group: the model writes the header (one of these) and then its group
     assert free.text == "<CrystalS>" and not free.alternatives
     assert free.choices.split("|") == [f"Cl{k}Na{k}" for k in range(1, 25)]
     assert by_id["brackets"].choices.startswith("Mg3O8P2|Mg6O16P4|")
 
-    cells, errors = _prompts(tmp_path, "Na4Cl4 225 nacl\nTiO2 - rutile\nNa4Cl4 225 Z=2 two\n", cell_composition=True)
+    cells, errors = _prompts(tmp_path, "Na4Cl4 225 nacl\nTiO2 - rutile\nNa4Cl4 225 Z=6 six\n", cell_composition=True)
     assert not errors
-    assert [p.text for p, _ in cells] == ["<CrystalS>Cl4Na4<sg225>", "<CrystalS>O2Ti1", "<CrystalS>Cl8Na8<sg225>"]
+    assert [p.text for p, _ in cells] == ["<CrystalS>Cl4Na4<sg225>", "<CrystalS>O2Ti1", "<CrystalS>Cl24Na24<sg225>"]
     assert not any(p.choices or p.alternatives for p, _ in cells)
 
 
 def test_lines_no_cell_can_answer_are_refused_before_sampling_with_the_smallest_that_fits(tmp_path):
     text = ("Fe2O3 167 Z=1 one\nMgAl2O4 227 spinel\nXx2O3 167 unknown\nNaCl 231 group\nNaCl 225 Z=0 zero\n"
-            "NaCl 225 good\n")
+            "NaCl 225 Z=8 cscl\nNaCl 225 good\n")
     prompts, errors = _prompts(tmp_path, text)
     assert [p.input_id for p, _ in prompts] == ["good"]  # a bad line never loses the good ones
     reasons = dict(errors)
     path = str(tmp_path / "formulas.txt")
-    assert set(reasons) == {f"{path}:{i}" for i in ("one", "spinel", "unknown", "group", "zero")}
+    assert set(reasons) == {f"{path}:{i}" for i in ("one", "spinel", "unknown", "group", "zero", "cscl")}
     assert "group 167 (R-3c)" in reasons[f"{path}:one"] and "Z=6 (Fe12O18, 30 atoms)" in reasons[f"{path}:one"]
     assert "group 227 (Fd-3m)" in reasons[f"{path}:spinel"] and "Z=8" in reasons[f"{path}:spinel"]
     assert "unknown element 'Xx'" in reasons[f"{path}:unknown"]
     assert "outside 1-230" in reasons[f"{path}:group"]
+    assert "more symmetry (group 221)" in reasons[f"{path}:cscl"] and "Z=4 (Cl4Na4" in reasons[f"{path}:cscl"]
     assert all("\n" not in r for r in reasons.values())
     _, errors = _prompts(tmp_path, "Fe2O3 167\n", cell_composition=True)
     assert "6 x Fe2O3 = Fe12O18" in errors[0][1] and "group 167" in errors[0][1]
@@ -154,8 +157,8 @@ def test_shipped_model_predicts_structures_from_reduced_formulas(tmp_path, run_c
                         "--seed", "0", "-q", "-o", out)
     assert code == 1  # the refused line
     refusals = [line for line in err.splitlines() if line.startswith(f"{inputs}:")]
-    assert refusals == [f"{inputs}:one: Fe2O3 Z=1 (Fe2O3) cannot be placed on the Wyckoff positions of group 167 "
-                        "(R-3c); the smallest cell that can is Z=6 (Fe12O18, 30 atoms): add Z=6 to the line"]
+    assert refusals == [f"{inputs}:one: Fe2O3 Z=1 (Fe2O3) in group 167 (R-3c): no placement on its Wyckoff "
+                        "positions; the smallest cell that can is Z=6 (Fe12O18, 30 atoms): add Z=6 to the line"]
     logged = [json.loads(line) for line in out.with_name("csp.cif.errors.jsonl").read_text().splitlines()]
     assert [e["source"] for e in logged] == [f"{inputs}:one"] and "dead-end" not in json.dumps(logged)
     samples = _samples(out)
@@ -184,7 +187,7 @@ def test_random_model_cells_are_multiples_of_the_formula_the_group_can_hold(rand
     from pymatgen.core import Composition
 
     inputs = tmp_path / "formulas.txt"
-    inputs.write_text("NaCl 225 rocksalt\nTiO2 - titania\n")
+    inputs.write_text("TiO2 136 rutile\nNaCl - free\n")
     out = tmp_path / "c.cif"
     options = GenerateOptions(task="crystal", n=3, batch_size=6, resamples=4,
                               prompts=PromptOptions(max_cell_atoms=12))
@@ -194,11 +197,11 @@ def test_random_model_cells_are_multiples_of_the_formula_the_group_can_hold(rand
         if not s.written:
             continue
         cell = Composition(_header(s.text))
-        formula = Composition("NaCl" if s.input_id == "rocksalt" else "TiO2")
+        formula = Composition("TiO2" if s.input_id == "rutile" else "NaCl")
         units = cell.num_atoms / formula.num_atoms
         assert units == int(units) and cell == formula * int(units) and cell.num_atoms <= 12
-        if s.input_id == "rocksalt":
-            assert "<sg225>" in s.text and int(units) in (4, 8)  # (24 formula units exceed 12 atoms)
+        if s.input_id == "rutile":
+            assert "<sg136>" in s.text and int(units) in (2, 4)  # Ti 2a, O 4f; or twice that
 
 
 def test_choice_rows_write_only_a_header_offered_and_keep_to_it():

@@ -33,7 +33,8 @@ from logos.science.materials.parse import parse_composition
 from logos.science.materials.wyckoff import LETTERS, MULTIPLICITY
 from logos.util.records import RecordError
 
-__all__ = ["CompositionRows", "feasible", "placeable", "formula_units", "smallest_formula_units", "cell_counts"]
+__all__ = ["CompositionRows", "feasible", "placeable", "placement_problem", "formula_units", "smallest_formula_units",
+           "cell_counts"]
 
 CLOSE = "<CrystalE>"
 _HEADER = re.compile(r"<CrystalS>([A-Z][A-Za-z0-9.]*)(?=<sg\d+>|$)")
@@ -93,10 +94,88 @@ def _assignable(sg: int, unused_fixed: frozenset[int], counts: tuple[int, ...]) 
 
 
 def placeable(counts: dict[str, int], space_group: int) -> bool:
-    """Whether whole atom counts of distinct elements can all be placed at once on the group's Wyckoff positions:
-    each element on positions with free coordinates (any number of times) and on fixed positions no other element
-    takes (each at most once)."""
-    return _assignable(space_group, _fixed(space_group), tuple(sorted(v for v in counts.values() if v)))
+    """Whether whole atom counts of distinct elements can all be placed at once on the group's Wyckoff positions (each
+    element on positions with free coordinates, any number of times, and on fixed positions no other element takes)
+    in a crystal of that group: see :func:`placement_problem`."""
+    return placement_problem(counts, space_group) is None
+
+
+def placement_problem(counts: dict[str, int], space_group: int) -> str | None:
+    """Why whole atom counts cannot make a crystal of the group (None: they can): no placement on its Wyckoff
+    positions, or only placements on fixed positions (no free coordinate) that all have more symmetry, so spglib
+    finds another group whatever the lattice (Na8Cl8 in Fm-3m: Na on 8c, Cl on 4a and 4b is the CsCl structure of
+    half the cell edge, Pm-3m)."""
+    key = tuple(sorted(v for v in counts.values() if v))
+    if not _assignable(space_group, _fixed(space_group), key):
+        return "no placement on its Wyckoff positions"
+    others = _other_groups(space_group, key)
+    if others:
+        return f"every placement on its Wyckoff positions has more symmetry (group {', '.join(map(str, others))})"
+    return None
+
+
+_GENERIC = (5.13, 6.07, 7.31, 83.0, 101.0, 77.0)  # lattice values no symmetry of the system makes equal
+
+
+def _fixed_only(sg: int, unused: frozenset[int], counts: tuple[int, ...], out: list, limit: int) -> bool:
+    """Collect in ``out`` the placements of ``counts`` (one element each) on fixed positions only, each a tuple of
+    position sets; False when some placement uses a position with free coordinates or more than ``limit`` exist."""
+    if not counts:
+        out.append(())
+        return len(out) <= limit
+    first, rest = counts[0], counts[1:]
+    free_reach = _fillable(sg, frozenset(), first)
+    fixed = sorted(unused)
+    for size in range(len(fixed) + 1):
+        for subset in itertools.combinations(fixed, size):
+            used = sum(MULTIPLICITY[sg][k] for k in subset)
+            if used > first or first - used not in free_reach:
+                continue
+            left = unused - frozenset(subset)
+            if used < first:  # the rest on free positions
+                if _assignable(sg, left, rest):
+                    return False
+                continue
+            tails: list = []
+            if not _fixed_only(sg, left, rest, tails, limit):
+                return False
+            out.extend((frozenset(subset),) + t for t in tails)
+            if len(out) > limit:
+                return False
+    return True
+
+
+@functools.lru_cache(maxsize=4096)
+def _other_groups(sg: int, counts: tuple[int, ...]) -> tuple[int, ...]:
+    """The groups spglib finds (symprec 0.01, a lattice of the system with no accidental symmetry) for the placements
+    of ``counts`` when all of them use fixed positions only and none keeps group ``sg``; () otherwise."""
+    import numpy as np
+    import spglib
+
+    from logos.science.materials.wyckoff import full_lattice, lattice_free, positions
+
+    placements: list = []
+    if not _fixed_only(sg, _fixed(sg), counts, placements, 64) or not placements:
+        return ()
+    a, b, c, alpha, beta, gamma = full_lattice(sg, [_GENERIC[i] for i in lattice_free(sg)])
+    al, be, ga = np.radians([alpha, beta, gamma])
+    cx = c * np.cos(be)
+    cy = c * (np.cos(al) - np.cos(be) * np.cos(ga)) / np.sin(ga)
+    lattice = np.array([[a, 0, 0], [b * np.cos(ga), b * np.sin(ga), 0], [cx, cy, np.sqrt(c * c - cx * cx - cy * cy)]])
+    found = set()
+    for placement in placements:
+        points, kinds = [], []
+        for kind, subset in enumerate(placement):
+            for k in subset:
+                orbit = np.unique(np.round(positions(sg)[k].orbit([]) % 1.0, 6) % 1.0, axis=0)
+                points.extend(orbit)
+                kinds.extend([kind] * len(orbit))
+        data = spglib.get_symmetry_dataset((lattice, np.array(points), kinds), symprec=0.01)
+        number = int(data.number) if data is not None else 0
+        if number == sg:
+            return ()
+        found.add(number)
+    return tuple(sorted(found))
 
 
 def cell_counts(formula: dict[str, float], units: int) -> dict[str, int] | None:

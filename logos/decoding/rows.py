@@ -699,7 +699,7 @@ class CompositionRow(RowConstraint):
     crystal must be one every reader accepts (:func:`logos.decoding.crystal_check.crystal_problem`, in
     :meth:`settle`; else the engine resamples the row). The header is the prompt's (crystal
     structure prediction from a cell composition), one of the prompt's ``choices`` (from a formula: the cells of the
-    numbers of formula units its space group can hold, ``'Cl4Na4|Cl8Na8'``, which the grammar offers too) or,
+    numbers of formula units its space group can hold, ``'Cl4Na4|Cl24Na24'``, which the grammar offers too) or,
     unconditionally, the model's own: written canonically (elements in alphabetical order, whole counts,
     charge-balanced by SMACT's rules as CDVAE scores it, as valences are kept for molecules). A header the model
     writes is ended by the space-group tag only when its sites fit in the budget left and the group can place it.

@@ -27,7 +27,7 @@ class Prompt:
 
     Where the input leaves part of the text to the model (a crystal formula: the number of formula units, so the
     cell's composition header), ``choices`` says what it may write there, for the task's row constraint (the
-    grammar in ``rules`` offers the same): ``'Cl4Na4|Cl8Na8'``. Where the rest of the line (a space group) bears on
+    grammar in ``rules`` offers the same): ``'Cl4Na4|Cl24Na24'``. Where the rest of the line (a space group) bears on
     that choice, ``alternatives`` also hold one complete prompt per choice, so that an engine can let the model
     choose before sampling, knowing the rest (:func:`choose_alternatives`): such a prompt's ``logprob`` is the
     model's log-probability of what it chose, which counts in its samples' likelihood."""
@@ -195,7 +195,7 @@ def _crystal_prompt(ident: str, formula_text: str, sg: int | None, units: int | 
     """The prompt of one input line; RecordError, naming the line's formula and group, for a line no cell can
     answer: a group outside 1-230, or no cell of the formula that the group's Wyckoff positions can hold (with the
     fewest formula units that would fit)."""
-    from logos.decoding.composition import cell_counts, formula_units, placeable, smallest_formula_units
+    from logos.decoding.composition import cell_counts, formula_units, placement_problem, smallest_formula_units
     from logos.science.materials.parse import composition_text
 
     def fixed(comp: str) -> Prompt:
@@ -210,9 +210,10 @@ def _crystal_prompt(ident: str, formula_text: str, sg: int | None, units: int | 
     if units is not None:  # the cell is fixed: Z units (the formula itself when it is the cell's composition)
         comp = composition_text({el: n * units for el, n in formula.items()})
         whole = cell_counts(formula, units)  # (a cell with fractional counts has partially occupied sites)
-        if sg is not None and whole is not None and not placeable(whole, sg):
+        problem = placement_problem(whole, sg) if sg is not None and whole is not None else None
+        if problem:
             given = f"the cell composition {formula_text}" if cell else f"{formula_text} Z={units} ({comp})"
-            raise RecordError(f"{given} cannot be placed on the Wyckoff positions of {_group_name(sg)}; "
+            raise RecordError(f"{given} in {_group_name(sg)}: {problem}; "
                               + _smallest(formula_text, formula, smallest_formula_units(formula, sg), cell))
         return fixed(comp)
     zs = formula_units(formula, sg, options.max_cell_atoms)
@@ -251,7 +252,7 @@ def crystal_prompts(task, inputs: Path | None, n: int, errors, *, options: Promp
     structure prediction. ``-`` in place of the space group leaves it to the model and lets a numeric ID follow
     (``NaCl - 3961``). The formula is one formula unit (``LiFePO4``, ``Fe2O3``, ``Ca(OH)2``): the model writes the
     cell's composition, ``Z`` units, choosing among the cells of at most ``options.max_cell_atoms`` atoms that the
-    group's Wyckoff positions can hold (``Fe2O3 167``: Fe12O18 only; ``NaCl 225``: Cl4Na4, Cl8Na8 or Cl24Na24);
+    group's Wyckoff positions can hold (``Fe2O3 167``: Fe12O18 only; ``NaCl 225``: Cl4Na4 or Cl24Na24);
     ``Z=4`` on the line fixes the cell. With ``options.cell_composition`` the formula is the cell's composition
     (``Na4Cl4 225``, written canonically as ``Cl4Na4``), as the CDVAE benchmarks give it. A line no cell can answer
     is refused here, before any sampling, with the fewest formula units that would fit."""
