@@ -211,11 +211,15 @@ def measure(spec: dict) -> dict:
         row_work["row_work"] = spec["row_work"]
     if spec.get("whole_draws") is not None and "whole_draws" in {f.name for f in dataclasses.fields(GenerateOptions)}:
         extra["whole_draws"] = spec["whole_draws"]  # (a tree without the option keeps its own behaviour)
+    if spec["inputs"] == "composition" and "prompts" in {f.name for f in dataclasses.fields(GenerateOptions)}:
+        from logos.tasks.prompts import PromptOptions  # the inputs are cell compositions (a tree without the option
+        extra["prompts"] = PromptOptions(cell_composition=True)  # reads every formula so)
     options = GenerateOptions(task=spec["task"], n=spec["n"], batch_size=16, seed=spec["seed"],
                               constrained=spec["constrained"], resamples=spec["resamples"],
                               sampling=Sampling(max_new_tokens=spec["budget"], **row_work), **extra)
     warm = GenerateOptions(task=spec["task"], n=1, batch_size=1, seed=spec["seed"] + 1, resamples=0,
-                           constrained=spec["constrained"], sampling=Sampling(max_new_tokens=4))
+                           constrained=spec["constrained"], sampling=Sampling(max_new_tokens=4),
+                           **{k: v for k, v in extra.items() if k == "prompts"})
     generate(Path(spec["checkpoint"]), work / f"warm{suffix}", warm, inputs=_inputs(spec["inputs"], work),
              progress=False)  # grammar compile, imports: not part of the figures
     timer.cells.clear()

@@ -1,7 +1,8 @@
 """Perov-5 crystal structure prediction of a checkpoint: match rate and RMSE at n = 1 and n = 20 on a seeded test subset.
 
 For each sampled test structure the prompt is its composition header as the encoder writes it
-(``<CrystalS>`` + the conventional cell's formula, no space group); ``logos generate --task crystal``
+(``<CrystalS>`` + the conventional cell's formula, no space group: ``logos generate --task crystal
+--cell-composition``, so the cell is the test structure's, not one the model chooses); ``logos generate``
 draws ``--samples`` structures per prompt (grammar-constrained: the crystal system's lattice
 parameters, Wyckoff letters of the group, the composition's atom counts), ranked by likelihood; then
 ``logos evaluate --task csp`` matches them against the test structures with pymatgen's
@@ -64,8 +65,9 @@ def main() -> int:
         writer.writerows(kept)
         (tmp / "reference.csv").write_text(buf.getvalue())
         t = time.perf_counter()
-        rc = cli(["generate", "--task", "crystal", "--checkpoint", args.checkpoint, "--input", str(tmp / "prompts.txt"),
-                  "-n", str(args.samples), "--seed", str(args.seed), "-q", "-o", str(tmp / "out.cif")])
+        rc = cli(["generate", "--task", "crystal", "--cell-composition", "--checkpoint", args.checkpoint,
+                  "--input", str(tmp / "prompts.txt"), "-n", str(args.samples), "--seed", str(args.seed), "-q",
+                  "-o", str(tmp / "out.cif")])
         seconds = time.perf_counter() - t
         if rc not in (0, 1):
             return rc

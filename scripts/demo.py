@@ -4,7 +4,8 @@ Steps (inputs from ``tests/assets/``, written to ``OUT/inputs/``): molecules (un
 and forward prediction on USPTO-50k validation reactions (the recorded answers are the reference);
 proteins; antibodies; binding-site search on a PDB complex (its ligand's pocket is the reference);
 ligands for the predicted pocket; crystals (unconditional, and structure prediction from the
-compositions of Perov-5 validation structures, which are the reference); MOFs. Each step runs
+reduced formulas of Perov-5 validation structures, which are the reference: the model chooses each cell's
+number of formula units and its space group); MOFs. Each step runs
 through the Python API (``logos.generate.generate``: one process, the model loaded per step),
 writes ``OUT/generated/STEP.*``, is scored by ``logos.evaluate`` into ``OUT/eval/NAME/`` and
 shown on ``OUT/index.html`` (:mod:`logos.evaluate.page`). A summary table ends the run.
@@ -58,8 +59,8 @@ def plans(samples: int | None, k: int, pocket_structure: Path) -> list[Plan]:
         Plan("ligand", "ligand", "Ligands for the rank-1 predicted pocket", "ligand.sdf", n(8),
              "inputs/pocket_rank1.jsonl", f"inputs/{pocket_structure.name}"),
         Plan("crystal", "crystal", "Crystals, unconditional", "crystal.cif", n(16), None, "inputs/crystal_reference"),
-        Plan("csp", "crystal", f"Crystal structure prediction from {k} Perov-5 compositions", "csp.cif", n(10),
-             "inputs/compositions.txt", "inputs/perov5_val.csv"),
+        Plan("csp", "crystal", f"Crystal structure prediction from {k} Perov-5 formulas (reduced: the model chooses "
+             "the cell)", "csp.cif", n(10), "inputs/formulas.txt", "inputs/perov5_val.csv"),
         Plan("mof", "mof", "Metal–organic frameworks, unconditional", "mof.json", n(8)),
     ]
 
@@ -92,7 +93,9 @@ def write_inputs(out: Path, k: int, pocket_structure: Path) -> None:
         writer = csv.DictWriter(fh, fieldnames=list(perov[0]))
         writer.writeheader()
         writer.writerows(perov)
-    (inputs / "compositions.txt").write_text("".join(f"{r['formula']} - {r['material_id']}\n" for r in perov))
+    # reduced formulas (CuCdN3), no space group: the model chooses the number of formula units and the group
+    (inputs / "formulas.txt").write_text("formula group id\n" + "".join(f"{r['formula']} - {r['material_id']}\n"
+                                                                        for r in perov))
     ref = inputs / "crystal_reference"
     ref.mkdir(exist_ok=True)
     for cif in sorted((ASSETS / "crystal").glob("mp_dielectric_*.cif")):
@@ -158,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--checkpoint", default="checkpoints/logos-tiny")
     ap.add_argument("--out", default="demo_out")
     ap.add_argument("--samples", type=int, default=None, help="samples per step (default: each step's own)")
-    ap.add_argument("--inputs", type=int, default=4, help="inputs per conditional task (reactions, compositions)")
+    ap.add_argument("--inputs", type=int, default=4, help="inputs per conditional task (reactions, formulas)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     args = ap.parse_args(argv)

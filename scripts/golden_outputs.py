@@ -48,7 +48,7 @@ GENERATE = [("molecule", None, ["-n", "6"], "gen_molecule.smi"),
             ("retro", "retro_in.smi", ["-n", "2", "--max-new-tokens", "40"], "gen_retro.rsmi"),
             ("forward", "forward_in.smi", ["-n", "2", "--max-new-tokens", "40"], "gen_forward.rsmi"),
             ("mof", None, ["-n", "2", "--max-new-tokens", "40"], "gen_mof.json"),
-            ("crystal", "crystal_in.txt", ["-n", "2", "--max-new-tokens", "40"], "gen_crystal.cif"),
+            ("crystal", "crystal_in.txt", ["-n", "2", "--max-new-tokens", "40", "--cell-composition"], "gen_crystal.cif"),
             ("protein", None, ["-n", "2", "--max-new-tokens", "30"], "gen_protein.fasta"),
             ("pocket", "pocket_in.fasta", ["-n", "1"], "gen_pocket.pocket.csv")]
 

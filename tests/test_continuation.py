@@ -28,6 +28,7 @@ CASES = [  # (task, prompt, rules, completion)
     ("crystal", "<CrystalS>", _crystal_rules(None, None), "Cl4Na4<sg225>5.640 Na<wa> Cl<wb><CrystalE>"),
     ("crystal", "<CrystalS>Cl4Na4", _crystal_rules(None, "Cl4Na4"), "<sg225>5.640 Na<wa> Cl<wb><CrystalE>"),
     ("crystal", "<CrystalS>Cl4Na4<sg225>", _crystal_rules(225, "Cl4Na4"), "5.640 Na<wa> Cl<wb><CrystalE>"),
+    ("crystal", "<CrystalS>", _crystal_rules(225, None, ("Cl4Na4", "Cl8Na8")), "Cl4Na4<sg225>5.640 Na<wa> Cl<wb><CrystalE>"),
     ("mof", "<MaterialS><MetalS>", "", "Zn4O<MetalE><MoleculeS>O=C([O-])c1ccc(C(=O)[O-])cc1<MoleculeE><MaterialE>"),
     ("mof", "<MaterialS><MetalS>Zn4", "", "O<MetalE><MoleculeS>O=C([O-])c1ccc(C(=O)[O-])cc1<MoleculeE><MaterialE>"),
 ]
@@ -65,3 +66,7 @@ def test_continuation_accepts_what_the_task_grammar_accepts(tok, task, prompt, r
         assert not _accepts(lltok, continuation_grammar(t, p), [], enc(completion.replace("AY", "AW")))
     if task == "crystal" and "<sg225>" in prompt:
         assert not _accepts(lltok, continuation_grammar(t, p), [], enc("5.640 Na<wz> Cl<wb><CrystalE>"))
+    if task == "crystal" and "xtal_head" in rules:  # a header offered, in the group given, or nothing
+        for other in ("Cl2Na2<sg225>5.640 Na<wa> Cl<wb><CrystalE>", "Cl4Na4<sg221>5.640 Na<wa> Cl<wb><CrystalE>"):
+            assert not _accepts(lltok, full, enc(prompt), enc(other))
+            assert not _accepts(lltok, continuation_grammar(t, p), [], enc(other))

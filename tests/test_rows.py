@@ -19,6 +19,7 @@ from logos.decoding.chemistry import SmilesError, SmilesState
 from logos.decoding.constraints import TokenTable
 from logos.decoding.ending import plan_ending
 from logos.decoding.rows import CopyRow, SmilesRow, SmilesVocab
+from logos.tasks.prompts import PromptOptions
 
 TOKENIZER = REPO / "tokenizers" / "default"
 REAL = ["CC(=O)Oc1ccccc1C(=O)O", "Cc1ccc(NC(=O)C2CCN(c3ncccn3)CC2)cc1C", "O=C(NCc1ccco1)c1ccc2c(c1)OCO2",
@@ -212,7 +213,7 @@ def test_random_model_binding_site_search_always_ends(random_model, tmp_path):
 
 
 def test_random_model_crystals_every_reader_accepts(random_model, tmp_path):
-    """Crystals from compositions: each ends within the budget its composition implies; every CIF written reads in
+    """Crystals from cell compositions: each ends within the budget its composition implies; every CIF written reads in
     pymatgen and gemmi, has no two atoms closer than 0.5 A, and spglib finds the declared group."""
     import warnings
 
@@ -224,7 +225,8 @@ def test_random_model_crystals_every_reader_accepts(random_model, tmp_path):
     inputs = tmp_path / "in.txt"
     inputs.write_text("Cl4Na4 225\nO3SrTi 221\nC8 -\n")
     out = tmp_path / "c.cif"
-    options = GenerateOptions(task="crystal", n=3, batch_size=9, resamples=4)
+    options = GenerateOptions(task="crystal", n=3, batch_size=9, resamples=4,
+                              prompts=PromptOptions(cell_composition=True))
     result = generate(random_model, out, options, inputs=inputs, progress=False)
     assert result.written >= 1
     for path in sorted(out.with_suffix("").glob("*.cif")):

@@ -133,10 +133,13 @@ def test_crystals_add_up_to_their_composition(llm, exported, tmp_path):
 
     from logos.generate.vllm_engine import generate_vllm
 
+    from logos.tasks.prompts import PromptOptions
+
     inputs = tmp_path / "compositions.txt"
     inputs.write_text("Na4Cl4 225 nacl\nTiO2 - rutile\n")
     out = tmp_path / "xtal.cif"
-    result = generate_vllm(exported, out, _opts(task="crystal", n=2, seed=0, resamples=8), inputs=inputs, llm=llm)
+    result = generate_vllm(exported, out, _opts(task="crystal", n=2, seed=0, resamples=8,
+                                                prompts=PromptOptions(cell_composition=True)), inputs=inputs, llm=llm)
     assert len(result.samples) == 4
     files = sorted(out.with_suffix("").iterdir())  # -o xtal.cif: one CIF per crystal in xtal/
     assert len(files) == result.written and result.written >= 3, [(s.status, s.text) for s in result.samples]
@@ -147,6 +150,34 @@ def test_crystals_add_up_to_their_composition(llm, exported, tmp_path):
         st = Structure.from_file(str(f))
         want = Composition("NaCl") if "nacl" in f.name else Composition("TiO2")
         assert st.composition.reduced_composition == want.reduced_composition, (f.name, st.composition)
+
+
+def test_crystals_from_formulas_have_a_cell_the_group_holds(llm, exported, tmp_path):
+    """A formula is one formula unit: Fe2O3 in R-3c is an Fe12O18 cell, NaCl in Fm-3m the cell the model prefers
+    given the group (scored through vLLM), TiO2 without a group a cell of whole formula units the model writes under
+    the grammar and the row constraint in the logits processor, as in the built-in engine."""
+    from pymatgen.core import Composition
+
+    from logos.generate import Sampling
+    from logos.generate.vllm_engine import generate_vllm
+    from logos.tasks.prompts import PromptOptions
+
+    inputs = tmp_path / "formulas.txt"
+    inputs.write_text("Fe2O3 167 hematite\nNaCl 225 rocksalt\nTiO2 - titania\n")
+    out = tmp_path / "xtal.cif"
+    result = generate_vllm(exported, out, _opts(task="crystal", n=2, seed=0, resamples=8,
+                                                sampling=Sampling(max_new_tokens=400),
+                                                prompts=PromptOptions(max_cell_atoms=30)), inputs=inputs, llm=llm)
+    assert len(result.samples) == 6 and result.written >= 4, [(s.status, s.text) for s in result.samples]
+    for s in result.samples:
+        cell = Composition(re.match(r"<CrystalS>([A-Za-z0-9]+)<sg\d+>", s.text).group(1))
+        if s.input_id == "hematite":
+            assert cell == Composition("Fe12O18") and "<sg167>" in s.text
+        elif s.input_id == "rocksalt":
+            assert cell in (Composition("Na4Cl4"), Composition("Na8Cl8")) and "<sg225>" in s.text
+        else:
+            units = cell.num_atoms / 3
+            assert units == int(units) and cell == Composition("TiO2") * int(units) and cell.num_atoms <= 30
 
 
 def test_binding_site_search_copies_the_sequence(llm, exported, tmp_path):

@@ -62,7 +62,7 @@ def test_serve_answers_a_task_by_name_and_shuts_down_cleanly(tmp_path):
         with urllib.request.urlopen(base + "/logos/tasks", timeout=30) as r:
             assert "crystal" in json.loads(r.read())["tasks"]
         reply = _post(base + "/logos/generate", {"task": "crystal", "input": "Na4Cl4 225", "n": 2, "seed": 0,
-                                                 "resamples": 8})
+                                                 "resamples": 8, "cell_composition": True})
         assert reply["task"] == "crystal" and len(reply["samples"]) == 2, reply
         written = [s for s in reply["samples"] if s["written"]]
         assert written, reply
@@ -70,7 +70,7 @@ def test_serve_answers_a_task_by_name_and_shuts_down_cleanly(tmp_path):
             assert s["text"].startswith("<CrystalS>Cl4Na4<sg225>") and s["text"].endswith("<CrystalE>")
             assert "data_" in s["file"] and "_cell_length_a" in s["file"], s["file"]
         again = _post(base + "/logos/generate", {"task": "crystal", "input": "Na4Cl4 225", "n": 2, "seed": 0,
-                                                 "resamples": 8})
+                                                 "resamples": 8, "cell_composition": True})
         assert [s["text"] for s in again["samples"]] == [s["text"] for s in reply["samples"]]  # one seed, one answer
         bad = urllib.request.Request(base + "/logos/generate", json.dumps({"task": "nope"}).encode(),
                                      {"Content-Type": "application/json"})

@@ -234,12 +234,15 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _cmd_generate(args: argparse.Namespace) -> int:
     from logos.evaluate.molecules import molecule_summary
     from logos.generate import GenerateOptions, Sampling, generate
+    from logos.tasks.prompts import PromptOptions
 
     sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                         max_new_tokens=args.max_new_tokens, row_work=args.row_work)
     options = GenerateOptions(task=args.task, n=args.n, batch_size=args.batch_size, sampling=sampling, seed=args.seed,
                               constrained=not args.unconstrained, device=_device(args.device), resamples=args.resamples,
-                              whole_draws=args.whole_draws, writer=_writer_options(args))
+                              whole_draws=args.whole_draws, writer=_writer_options(args),
+                              prompts=PromptOptions(cell_composition=args.cell_composition,
+                                                    max_cell_atoms=args.max_cell_atoms))
     if args.engine == "vllm":  # vLLM (logos.generate.vllm_engine): same tasks, files and guarantees
         if args.quiet:  # read when vLLM is first imported
             os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
@@ -324,6 +327,7 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
     the list of subcommands, for ``logos --help``): the encoders' flags import the domains, and with them
     RDKit, gemmi and spglib, only when ``tokenize`` is being parsed."""
     from logos import tasks
+    from logos.tasks.prompts import MAX_CELL_ATOMS
     from logos.util.version import VERSION as __version__
 
     full = command in ("*", "tokenize")
@@ -467,7 +471,14 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
     p.add_argument("-n", type=int, default=100, help="samples in all (unconditional) or per input (conditional)")
     p.add_argument("-o", "--output", required=True, metavar="OUT")
     p.add_argument("--input", metavar="FILE", help="reactants/products (.smi, .rsmi), proteins (FASTA, PDB, mmCIF, "
-                                                   "or a JSONL of marked sequences for --task ligand)")
+                                                   "or a JSONL of marked sequences for --task ligand), crystal "
+                                                   "formulas (FORMULA [GROUP] [Z=N] [ID] per line)")
+    p.add_argument("--cell-composition", action="store_true",
+                   help="--task crystal: each formula is the cell's whole composition (Na4Cl4 225), not one formula "
+                        "unit of a cell the model chooses")
+    p.add_argument("--max-cell-atoms", type=int, default=MAX_CELL_ATOMS, metavar="N",
+                   help=f"--task crystal: the largest cell the model may choose for a formula (default "
+                        f"{MAX_CELL_ATOMS} atoms; Z=N on a line is not capped)")
     p.add_argument("--reference", metavar="TRAIN.smi", help="--task molecule: training SMILES for novelty")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--temperature", type=float, default=1.0)

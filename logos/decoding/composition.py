@@ -16,6 +16,11 @@ molecule spans (same ``check`` / ``advance`` interface, one candidate token at a
 
 Rows whose prompt has no composition header, and sites with partial occupancy (``<Occ>``), are not
 counted (the writer still checks them).
+
+The same count decides, before any sampling, which cells of a formula a space group can hold:
+:func:`placeable` (whole counts of distinct elements, placed at once) and :func:`formula_units` (the
+numbers Z of formula units whose cell ``Z x formula`` is placeable, up to an atom cap), which give
+structure prediction from a formula its header choices.
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ from logos.science.materials.parse import parse_composition
 from logos.science.materials.wyckoff import LETTERS, MULTIPLICITY
 from logos.util.records import RecordError
 
-__all__ = ["CompositionRows", "feasible"]
+__all__ = ["CompositionRows", "feasible", "placeable", "placement_problem", "formula_units", "smallest_formula_units",
+           "cell_counts"]
 
 CLOSE = "<CrystalE>"
 _HEADER = re.compile(r"<CrystalS>([A-Z][A-Za-z0-9.]*)(?=<sg\d+>|$)")
@@ -71,6 +77,8 @@ def _assignable(sg: int, unused_fixed: frozenset[int], counts: tuple[int, ...]) 
     (any number of times) and a set of the unused fixed positions, no fixed position shared between elements."""
     if not counts:
         return True
+    if len(counts) == 1:  # one element: the reachable counts are exactly its own
+        return counts[0] in _fillable(sg, unused_fixed, counts[0])
     if len(unused_fixed) > 12:  # not met by any group; a bound on the subsets tried
         return all(c in _fillable(sg, unused_fixed, c) for c in counts)
     first, rest = counts[0], counts[1:]
@@ -83,6 +91,141 @@ def _assignable(sg: int, unused_fixed: frozenset[int], counts: tuple[int, ...]) 
                     _assignable(sg, unused_fixed - frozenset(subset), rest):
                 return True
     return False
+
+
+def placeable(counts: dict[str, int], space_group: int) -> bool:
+    """Whether whole atom counts of distinct elements can all be placed at once on the group's Wyckoff positions (each
+    element on positions with free coordinates, any number of times, and on fixed positions no other element takes)
+    in a crystal of that group: see :func:`placement_problem`."""
+    return placement_problem(counts, space_group) is None
+
+
+def placement_problem(counts: dict[str, int], space_group: int) -> str | None:
+    """Why whole atom counts cannot make a crystal of the group (None: they can): no placement on its Wyckoff
+    positions, or only placements on fixed positions (no free coordinate) that all have more symmetry, so spglib
+    finds another group whatever the lattice (Na8Cl8 in Fm-3m: Na on 8c, Cl on 4a and 4b is the CsCl structure of
+    half the cell edge, Pm-3m)."""
+    key = tuple(sorted(v for v in counts.values() if v))
+    if not _assignable(space_group, _fixed(space_group), key):
+        return "no placement on its Wyckoff positions"
+    others = _other_groups(space_group, key)
+    if others:
+        return f"every placement on its Wyckoff positions has more symmetry (group {', '.join(map(str, others))})"
+    return None
+
+
+_GENERIC = (5.13, 6.07, 7.31, 83.0, 101.0, 77.0)  # lattice values no symmetry of the system makes equal
+
+
+def _fixed_only(sg: int, unused: frozenset[int], counts: tuple[int, ...], out: list, limit: int) -> bool:
+    """Collect in ``out`` the placements of ``counts`` (one element each) on fixed positions only, each a tuple of
+    position sets; False when some placement uses a position with free coordinates or more than ``limit`` exist."""
+    if not counts:
+        out.append(())
+        return len(out) <= limit
+    first, rest = counts[0], counts[1:]
+    free_reach = _fillable(sg, frozenset(), first)
+    fixed = sorted(unused)
+    for size in range(len(fixed) + 1):
+        for subset in itertools.combinations(fixed, size):
+            used = sum(MULTIPLICITY[sg][k] for k in subset)
+            if used > first or first - used not in free_reach:
+                continue
+            left = unused - frozenset(subset)
+            if used < first:  # the rest on free positions
+                if _assignable(sg, left, rest):
+                    return False
+                continue
+            tails: list = []
+            if not _fixed_only(sg, left, rest, tails, limit):
+                return False
+            out.extend((frozenset(subset),) + t for t in tails)
+            if len(out) > limit:
+                return False
+    return True
+
+
+@functools.lru_cache(maxsize=4096)
+def _other_groups(sg: int, counts: tuple[int, ...]) -> tuple[int, ...]:
+    """The groups spglib finds (symprec 0.01, a lattice of the system with no accidental symmetry) for the placements
+    of ``counts`` when all of them use fixed positions only and none keeps group ``sg``; () otherwise."""
+    import numpy as np
+    import spglib
+
+    from logos.science.materials.wyckoff import full_lattice, lattice_free, positions
+
+    placements: list = []
+    if not _fixed_only(sg, _fixed(sg), counts, placements, 64) or not placements:
+        return ()
+    a, b, c, alpha, beta, gamma = full_lattice(sg, [_GENERIC[i] for i in lattice_free(sg)])
+    al, be, ga = np.radians([alpha, beta, gamma])
+    cx = c * np.cos(be)
+    cy = c * (np.cos(al) - np.cos(be) * np.cos(ga)) / np.sin(ga)
+    lattice = np.array([[a, 0, 0], [b * np.cos(ga), b * np.sin(ga), 0], [cx, cy, np.sqrt(c * c - cx * cx - cy * cy)]])
+    found = set()
+    for placement in placements:
+        points, kinds = [], []
+        for kind, subset in enumerate(placement):
+            for k in subset:
+                orbit = np.unique(np.round(positions(sg)[k].orbit([]) % 1.0, 6) % 1.0, axis=0)
+                points.extend(orbit)
+                kinds.extend([kind] * len(orbit))
+        data = spglib.get_symmetry_dataset((lattice, np.array(points), kinds), symprec=0.01)
+        number = int(data.number) if data is not None else 0
+        if number == sg:
+            return ()
+        found.add(number)
+    return tuple(sorted(found))
+
+
+def cell_counts(formula: dict[str, float], units: int) -> dict[str, int] | None:
+    """The whole atom counts of ``units`` formula units (``Fe2O3`` x 6 -> Fe12 O18), or None where a count is not
+    whole (``Fe1.5O2`` x 1)."""
+    out = {}
+    for el, n in formula.items():
+        total = n * units
+        if abs(total - round(total)) > 1e-6 or round(total) < 1:
+            return None
+        out[el] = int(round(total))
+    return out
+
+
+def _unit(formula: dict[str, float]) -> int | None:
+    """The fewest formula units with whole counts (1 for ``Fe2O3``, 2 for ``Fe1.5O2``; None past 1000)."""
+    return next((z for z in range(1, 1001) if cell_counts(formula, z) is not None), None)
+
+
+def formula_units(formula: dict[str, float], space_group: int | None, max_atoms: int) -> list[int]:
+    """The numbers of formula units Z (ascending) whose cell has whole counts, at most ``max_atoms`` atoms and, in
+    ``space_group``, a placement on its Wyckoff positions (without a group: every one, as P1 holds any cell)."""
+    unit = _unit(formula)
+    if unit is None:
+        return []
+    out = []
+    z = unit
+    while True:
+        counts = cell_counts(formula, z)
+        if counts is not None:
+            if sum(counts.values()) > max_atoms:
+                return out
+            if space_group is None or placeable(counts, space_group):
+                out.append(z)
+        z += unit
+
+
+def smallest_formula_units(formula: dict[str, float], space_group: int | None) -> int | None:
+    """The fewest formula units whose cell can be placed in the group (without a group: the fewest with whole counts,
+    as P1 holds any cell), whatever its size. One always can: ``M`` units (``M`` the general position's multiplicity,
+    times the units that make the counts whole) fill general positions only; None only where no number of units up
+    to 1000 makes the counts whole."""
+    unit = _unit(formula)
+    if unit is None or space_group is None:
+        return unit
+    for z in range(unit, unit * max(MULTIPLICITY[space_group]) + 1, unit):
+        counts = cell_counts(formula, z)
+        if counts is not None and placeable(counts, space_group):
+            return z
+    return None  # not reached: the general position's multiplicity always fits
 
 
 def feasible(target: dict[str, int], text: str, final: bool) -> bool:

@@ -22,16 +22,18 @@ volume):
 
 Bare ``<tag>`` is a special token (see the header of ``grammar/logos.lark``). Rule and terminal names
 start with ``xtal``/``XTAL`` so the fragment never clashes with the shipped grammar. The composition
-header is a fixed literal when the user gives one (crystal structure prediction); unconditional
-generation writes its own (``XTAL_COMP``: whole counts, every site fully occupied), as every training
-crystal has one. Either way the grammar does not tie it to the sites: the row constraint
-(:class:`~logos.decoding.rows.CompositionRow`) holds the sites to the header.
+header is a fixed literal when the user gives the cell's composition; one of a few literals when the
+user gives a formula (``xtal_head``: the cells of the numbers of formula units the group can hold, of
+which the model writes one); unconditional generation writes its own (``XTAL_COMP``: whole counts),
+as every training crystal has one. With a header the model writes, every site is fully occupied (no
+``<Occ>``). Either way the grammar does not tie the header to the sites: the row constraint
+(:class:`~logos.decoding.rows.CompositionRow`) holds the sites to it.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import gemmi
 
@@ -97,13 +99,20 @@ def crystal_grammar_fragment(space_groups: Iterable[int] | None = None, frac_dig
 
 
 def crystal_task_rules(space_groups: Iterable[int] | None = None, frac_digits: int = 4,
-                       composition: str | None = None, start: str = "task_crystal") -> str:
+                       composition: str | None = None, start: str = "task_crystal",
+                       headers: Sequence[str] = ()) -> str:
     """The fragment plus the start rule of the generation task: ``<CrystalS>``, then the composition
     header (``'Na4Cl4'``: any element order, written canonically, ``Cl4Na4``, as a fixed literal so the
-    model cannot extend it), the body, ``<CrystalE>``. Without a composition the model writes the header
-    (``XTAL_COMP``, whole counts) and every site is fully occupied (no ``<Occ>``), so the sites can be held
-    to it."""
+    model cannot extend it), the body, ``<CrystalE>``. With ``headers`` instead (whole-count compositions)
+    the model writes one of them (rule ``xtal_head``); with neither, any (``XTAL_COMP``, whole counts). A
+    header the model writes has every site fully occupied (no ``<Occ>``), so the sites can be held to it."""
+    if composition is not None and headers:
+        raise ValueError("a composition or header choices, not both")
     fragment = crystal_grammar_fragment(space_groups, frac_digits)
+    if headers:
+        choices = " | ".join(f'"{composition_text(parse_composition(h))}"' for h in headers)
+        return fragment.replace(" xtal_occ?", "") + f"xtal_head: {choices}\n" + \
+            f"{start}: crystal_open xtal_head xtal_body crystal_close\n"
     if composition is None:
         return fragment.replace(" xtal_occ?", "") + f"{start}: crystal_open XTAL_COMP xtal_body crystal_close\n"
     head = f' "{composition_text(parse_composition(composition))}"'

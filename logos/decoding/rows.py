@@ -698,14 +698,17 @@ class CompositionRow(RowConstraint):
     the closing tag is accepted only when the sites add up to the composition, and once the row has ended the decoded
     crystal must be one every reader accepts (:func:`logos.decoding.crystal_check.crystal_problem`, in
     :meth:`settle`; else the engine resamples the row). The header is the prompt's (crystal
-    structure prediction) or, unconditionally, the model's own: written canonically (elements in alphabetical order,
-    whole counts, charge-balanced by SMACT's rules as CDVAE scores it, as valences are kept for molecules) and
-    ended by the space-group tag only when its sites fit in the budget left. With a composition,
-    sites are fully occupied (no ``<Occ>``), so every site uses up atoms and the row ends within :meth:`budget`."""
+    structure prediction from a cell composition), one of the prompt's ``choices`` (from a formula: the cells of the
+    numbers of formula units its space group can hold, ``'Cl4Na4|Cl24Na24'``, which the grammar offers too) or,
+    unconditionally, the model's own: written canonically (elements in alphabetical order, whole counts,
+    charge-balanced by SMACT's rules as CDVAE scores it, as valences are kept for molecules). A header the model
+    writes is ended by the space-group tag only when its sites fit in the budget left and the group can place it.
+    With whole counts, sites are fully occupied (no ``<Occ>``), so every site uses up atoms and the row ends within
+    :meth:`budget`."""
 
     MAX_ATOMS = 24  # the largest cell an unconditional row may declare in its header
 
-    def __init__(self, table, prompt_text: str):
+    def __init__(self, table, prompt_text: str, choices: str = ""):
         from logos.decoding.composition import CompositionRows
 
         self.table = table
@@ -714,6 +717,7 @@ class CompositionRow(RowConstraint):
         self.target = CompositionRows._target(prompt_text)
         self.header = self.target is None and prompt_text.endswith("<CrystalS>")  # the model writes the header
         self.head = ""
+        self.choices = {h: _choice_counts(h) for h in choices.split("|")} if choices and self.header else {}
 
     def fork(self) -> "CompositionRow":
         new = CompositionRow.__new__(CompositionRow)
@@ -727,6 +731,8 @@ class CompositionRow(RowConstraint):
         return 64 + 32 * atoms
 
     def budget(self, default: int) -> int:
+        if self.choices:  # the header (a token per character at most) and the largest cell offered
+            return max(len(h) for h in self.choices) + self.need(max(sum(c.values()) for c in self.choices.values()))
         if self.header:
             return max(default, 32 + self.need(self.MAX_ATOMS))
         if self.target is None:
@@ -737,6 +743,13 @@ class CompositionRow(RowConstraint):
         from logos.decoding.composition import feasible
 
         piece = self.table.text[token]
+        if self.header and self.choices:
+            if not piece.startswith("<sg"):
+                head = self.head + piece
+                return any(h.startswith(head) for h in self.choices)
+            target = self.choices.get(self.head)
+            return target is not None and self.need(sum(target.values())) <= remaining and \
+                feasible(target, self.text + piece, False)
         if self.header:
             if not piece.startswith("<sg"):
                 head = self.head + piece
@@ -766,7 +779,8 @@ class CompositionRow(RowConstraint):
         piece = self.table.text[token]
         if self.header:
             if piece.startswith("<sg"):
-                self.target, self.header = _header_counts(self.head), False
+                self.target = self.choices[self.head] if self.choices else _header_counts(self.head)
+                self.header = False
             else:
                 self.head += piece
         self.text += piece
@@ -842,6 +856,16 @@ def _header_dead(head: str, max_atoms: int) -> bool:
                 if _header_prefix_ok(full, max_atoms) and not _header_stuck(full, max_atoms):
                     return False
     return True
+
+
+def _choice_counts(head: str) -> dict[str, int]:
+    """The whole counts of a header choice (``Cl4Na4``), which must be canonical: the model writes it as given."""
+    from logos.science.materials.parse import composition_text, parse_composition
+
+    counts = parse_composition(head)
+    if composition_text(counts) != head or any(v != round(v) for v in counts.values()):
+        raise ValueError(f"header choice {head!r} is not a canonical whole-count composition")
+    return {el: int(v) for el, v in counts.items()}
 
 
 def _header_counts(head: str) -> dict[str, int] | None:

@@ -628,9 +628,9 @@ def _crystals(page: _Page) -> str:
     for s in page.step("crystal"):
         files = _cif_files(page.root, s.output)
         which = "CIFs"
-        if s.input:  # structure prediction: the most likely candidate of each composition (files NNNNNN_ID_1.cif)
+        if s.input:  # structure prediction: the most likely candidate of each formula (files NNNNNN_ID_1.cif)
             files = [f for f in files if f.stem.endswith("_1")] or files
-            which = "compositions' most likely candidates"
+            which = "formulas' most likely candidates"
         rows = [_crystal_row(page.root, f) for f in files[:8]]
         missing = s.generated - s.written
         note = f" {missing} sample(s) did not become a CIF (see the errors file)." if missing > 0 else ""

@@ -37,11 +37,11 @@ from tqdm import tqdm
 from logos.domains.base import WriterOptions
 from logos.decoding.sampler import NOT_WHOLE, RowResult, Sampling, StepStats, sample_batch
 from logos.tasks import Task, get
-from logos.tasks.prompts import UNCONDITIONAL, Prompt, build_prompts
+from logos.tasks.prompts import UNCONDITIONAL, Prompt, PromptOptions, build_prompts, choose_alternatives
 from logos.language.grammar import READABLE_GRAMMARS
 from logos.util.records import ErrorLog, InputError, RecordError, errors_path_for
 
-__all__ = ["GenerateOptions", "GenerateResult", "generate", "run", "load_checkpoint", "SUPPORTED_GRAMMARS"]
+__all__ = ["GenerateOptions", "GenerateResult", "generate", "run", "load_checkpoint", "scorer", "SUPPORTED_GRAMMARS"]
 
 SUPPORTED_GRAMMARS = READABLE_GRAMMARS  # from logos.language.grammar
 MAX_WHOLE_DRAWS = 16  # default redraws of one sample of a whole-record task (Task.whole_document)
@@ -59,6 +59,7 @@ class GenerateOptions:
     resamples: int = 8
     whole_draws: int = MAX_WHOLE_DRAWS  # redraws of a whole-record sample the model would not end there (0: none)
     writer: WriterOptions = field(default_factory=WriterOptions)
+    prompts: PromptOptions = field(default_factory=PromptOptions)  # how input lines are read (crystal formulas)
 
 
 @dataclass
@@ -71,6 +72,12 @@ class Sample:
     key: str | None = None      # canonical answer (reactions), for merging
     count: int = 1
     written: bool = False
+    chosen: float = 0.0         # the model's log-probability of what it chose in the prompt (Prompt.logprob)
+
+    @property
+    def likelihood(self) -> float:
+        """The model's summed log-probability of everything it wrote or chose: what samples are ranked by."""
+        return self.logprob + self.chosen
 
 
 @dataclass
@@ -149,17 +156,21 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
     task = get(options.task, "generate")
     out = Path(out)
     writer_cls = writer_for(out)
-    errors = ErrorLog(errors_path_for(out), echo=lambda line: None)
-    prompts = build_prompts(task, Path(inputs) if inputs else None, options.n, errors)
+    echo = [True]  # inputs refused before sampling are also shown (one line each); failed samples only logged
+    errors = ErrorLog(errors_path_for(out), echo=lambda line: print(line, file=sys.stderr) if echo[0] else None)
+    prompts = build_prompts(task, Path(inputs) if inputs else None, options.n, errors, options.prompts)
+    echo[0] = False
     if not prompts:
         errors.close()
         raise InputError("nothing to generate (no usable input)")
     model, tok, info = load_checkpoint(checkpoint, options.device)
     vocab_rows = model.get_output_embeddings().weight.shape[0]
     table = TokenTable(tok, vocab_rows)
+    doc_start = document_start(info, tok)
+    prompts = choose_alternatives(prompts, scorer(model, tok, doc_start), options.seed)  # (crystal cells, if any)
     stop_id = tok.eos_token_id if task.stop == "eos" else table.id[task.stop]
     banned = table.banned(set(task.symbols), keep={stop_id})
-    doc_start, pad_id = document_start(info, tok), tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     sampling = options.sampling
     generator = torch.Generator().manual_seed(options.seed)
     whole = task.whole_document and stop_id != tok.eos_token_id and options.whole_draws > 0
@@ -179,7 +190,7 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
             if options.constrained:
                 grammar = GrammarRows(tok, vocab_rows, [task_grammar(task.start, task.rules + "\n" + p.rules)
                                                          for p, *_ in chunk], [x[1:] for x in ids], stop_id, model.device)
-                rows = task.rows(table, texts) if task.rows is not None else None
+                rows = task.rows(table, texts, [p.choices for p, *_ in chunk]) if task.rows is not None else None
             chunk_sampling = replace(sampling, max_new_tokens=length_budget(task, texts, rows,
                                                                             options.sampling.max_new_tokens))
             results = sample_batch(model, ids, pad_id, stop_id, banned, chunk_sampling, generator, grammar, rows,
@@ -208,6 +219,22 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
     errors.close()
     return GenerateResult(ranked, errors.count - sum(not s.written for s in ranked), time.perf_counter() - start,
                           tokens, redraws, resampled, stats, not_whole)
+
+
+def scorer(model, tok, doc_start: int):
+    """``[(prefix, continuation)] -> [the model's summed log-probability of the continuation's tokens]`` (temperature
+    1, no mask; the document start before the prefix), one forward pass each: what
+    :func:`~logos.tasks.prompts.choose_alternatives` reads."""
+    def score(pairs: list[tuple[str, str]]) -> list[float]:
+        out = []
+        for prefix, continuation in pairs:
+            head = tok(prefix, add_special_tokens=False)["input_ids"]
+            ids = [doc_start] + tok(prefix + continuation, add_special_tokens=False)["input_ids"]
+            with torch.no_grad():
+                logp = model(torch.tensor([ids], device=model.device)).logits[0].float().log_softmax(-1)
+            out.append(float(sum(logp[j - 1, ids[j]] for j in range(1 + len(head), len(ids)))))
+        return out
+    return score
 
 
 def length_budget(task: Task, texts: list[str], rows, asked: int) -> int:
@@ -239,7 +266,7 @@ def finish(task: Task, samples: list[Sample], out: Path, writer_cls, options: Wr
 
 def sample_of(task: Task, prompt: Prompt, text: str, logprob: float, status: str) -> Sample:
     """A finished row of any engine as a :class:`Sample` (its canonical answer keyed for ranking)."""
-    sample = Sample(prompt.input_id, prompt.text, text, logprob, status)
+    sample = Sample(prompt.input_id, prompt.text, text, logprob, status, chosen=prompt.logprob)
     if task.answer is not None:
         sample.key = task.answer(text)
     return sample
@@ -259,7 +286,7 @@ def _rank(task: Task, samples: list[Sample]) -> list[Sample]:
         if task.answer is not None:
             merged: dict[str, Sample] = {}
             rest = []
-            for s in sorted(group, key=lambda s: -s.logprob):
+            for s in sorted(group, key=lambda s: -s.likelihood):
                 if s.key is None:
                     rest.append(s)
                 elif s.key in merged:
@@ -267,7 +294,7 @@ def _rank(task: Task, samples: list[Sample]) -> list[Sample]:
                 else:
                     merged[s.key] = s
             group = list(merged.values()) + rest
-        out.extend(sorted(group, key=lambda s: (s.status != "done", -s.logprob)))
+        out.extend(sorted(group, key=lambda s: (s.status != "done", -s.likelihood)))
     return out
 
 
@@ -294,19 +321,22 @@ def _write(task: Task, samples: list[Sample], out: Path, writer_cls, options: Wr
                     else:
                         errors.add(ident, f"{e} | {s.text[-200:]}")
             fh.write(json.dumps({"id": s.input_id, "rank": rank[s.input_id], "text": s.text,
-                                 "logprob": round(s.logprob, 4), "status": s.status, "written": s.written,
+                                 "logprob": round(s.likelihood, 4), "status": s.status, "written": s.written,
                                  **({"answer": s.key, "count": s.count} if s.key is not None or s.count > 1 else {})})
                      + "\n")
 
 
 def run(output: str | Path, task: str = "molecule", n: int = 100, inputs: str | Path | None = None,
         checkpoint: str | Path | None = None, seed: int = 0, temperature: float = 1.0, max_new_tokens: int = 0,
-        batch_size: int = 16, constrained: bool = True, device: str = "cpu") -> GenerateResult:
+        batch_size: int = 16, constrained: bool = True, device: str = "cpu", cell_composition: bool = False
+        ) -> GenerateResult:
     """``logos generate`` from Python, with its defaults: sample ``task`` from ``checkpoint`` (default: the shipped
-    one) and write the files ``output`` names plus ``OUTPUT.samples.jsonl``."""
+    one) and write the files ``output`` names plus ``OUTPUT.samples.jsonl`` (``cell_composition``: as
+    ``--cell-composition``)."""
     from logos.util.resources import DEFAULT_CHECKPOINT, resolve
 
     options = GenerateOptions(task=task, n=n, batch_size=batch_size, seed=seed, constrained=constrained,
-                              device=device, sampling=Sampling(temperature=temperature, max_new_tokens=max_new_tokens))
+                              device=device, sampling=Sampling(temperature=temperature, max_new_tokens=max_new_tokens),
+                              prompts=PromptOptions(cell_composition=cell_composition))
     return generate(resolve(checkpoint or DEFAULT_CHECKPOINT), Path(output), options,
                     inputs=Path(inputs) if inputs else None, progress=False)

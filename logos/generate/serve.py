@@ -8,9 +8,11 @@ backend, plus two routes added through vLLM's endpoint-plugin interface (entry p
 - ``GET /logos/tasks``: the task names;
 - ``POST /logos/generate``: ``{"task": "crystal", "input": "NaCl 225", "n": 4, "seed": 0}`` (``input``: what
   ``logos generate --input`` reads, one record per line: SMILES, a reaction side, a FASTA, a formula
-  with an optional space group; none for unconditional tasks; ``format``: the output suffix, e.g.
-  ``.cif``, ``.sdf``, ``.pocket.json``) returns, per sample, the grammar text, its log-probability, rank
-  and status, and the detokenized file the output format names (``file``: CIF, SDF, ... text).
+  with an optional space group and ``Z=N``; none for unconditional tasks; ``cell_composition``: true where
+  each formula is the cell's whole composition, as ``--cell-composition``; ``max_cell_atoms``;
+  ``format``: the output suffix, e.g. ``.cif``, ``.sdf``, ``.pocket.json``) returns, per sample, the grammar
+  text, its log-probability, rank and status, and the detokenized file the output format names (``file``:
+  CIF, SDF, ... text).
 
 The same guarantees as ``logos generate --engine vllm``: the task grammar as a structured output,
 the chemistry and the composition through the logits processor, every row checked again and
@@ -88,7 +90,7 @@ def _generate_request(engine_client, ck, body: dict, loop) -> dict:
     from logos.decoding.sampler import Sampling
     from logos.generate.vllm_engine import sample_jobs
     from logos.tasks import get
-    from logos.tasks.prompts import build_prompts
+    from logos.tasks.prompts import MAX_CELL_ATOMS, PromptOptions, build_prompts, choose_alternatives
     from logos.util.records import ErrorLog, InputError
 
     task = get(str(body.get("task", "molecule")), "generate")
@@ -123,9 +125,12 @@ def _generate_request(engine_client, ck, body: dict, loop) -> dict:
             inputs.write_text(str(body["input"]).rstrip("\n") + "\n")
         out = Path(tmp) / f"out{suffix}"
         errors = ErrorLog(Path(tmp) / "errors.jsonl", echo=lambda line: None)
-        prompts = build_prompts(task, inputs, n, errors)
+        reading = PromptOptions(cell_composition=bool(body.get("cell_composition", False)),
+                                max_cell_atoms=int(body.get("max_cell_atoms", MAX_CELL_ATOMS)))
+        prompts = build_prompts(task, inputs, n, errors, reading)
         if not prompts:
             raise InputError("nothing to generate (no usable input)")
+        prompts = choose_alternatives(prompts, ck.scorer(run), options.seed)  # a crystal's cell, as logos generate
         ck_jobs = ck.jobs(task, prompts, sampling.max_new_tokens, options.constrained)
         res = sample_jobs(run, ck, task, ck_jobs, options)
         ranked = finish(task, res.samples, out, writer_for(out), WriterOptions(), errors)

@@ -77,12 +77,14 @@ def request_args(task, prompt, closing_slack: int = 8, closing_only: bool = Fals
     (``closing_only``: none, only the built-in engine's unconstrained rule: the stop token wherever it may be written
     within ``closing_slack`` tokens of the budget)."""
     args = {"task": task.name, "prompt": prompt.text, "slack": closing_slack}
+    if prompt.choices:  # what the model may choose (a crystal's header), read by the row constraint
+        args["choices"] = prompt.choices
     return {**args, "closing_only": True} if closing_only else args
 
 
-def shared_row_constraint(task, table, prompt_text: str):
+def shared_row_constraint(task, table, prompt_text: str, choices: str = ""):
     """The row constraint both engines use (the task's own, :mod:`logos.decoding.rows`), one object per request."""
-    return None if task.rows is None else task.rows(table, [prompt_text])[0]
+    return None if task.rows is None else task.rows(table, [prompt_text], [choices])[0]
 
 
 def request_xargs(task, prompt, closing_slack: int = 8) -> dict:
@@ -140,7 +142,7 @@ class RowCheck:
             from logos.decoding.rows import RowConstraint
 
             return cls(RowConstraint(), stop_id, max_tokens, slack, params, closing_only=True)
-        row = shared_row_constraint(task, table, args["prompt"])
+        row = shared_row_constraint(task, table, args["prompt"], str(args.get("choices") or ""))
         return None if row is None else cls(row, stop_id, max_tokens, slack, params)
 
     @property
@@ -587,10 +589,19 @@ class Checkpoint:
         out = []
         for p, k in prompts:
             ids = [self.doc_start] + self.tok(p.text, add_special_tokens=False)["input_ids"]
-            row = shared_row_constraint(task, self.table, p.text) if constrained and not budget else None
+            row = shared_row_constraint(task, self.table, p.text, p.choices) if constrained and not budget else None
             row_budget = length_budget(task, [p.text], [row], budget)
             out += [(p, ids, row_budget)] * k
         return out
+
+    def scorer(self, run):
+        """:func:`logos.generate.pipeline.scorer` through ``run`` (one prefill per pair)."""
+        def score(pairs: list[tuple[str, str]]) -> list[float]:
+            heads = [self.tok(prefix, add_special_tokens=False)["input_ids"] for prefix, _ in pairs]
+            full = [self.tok(prefix + rest, add_special_tokens=False)["input_ids"] for prefix, rest in pairs]
+            scored = _token_logprobs(run, [([self.doc_start] + h, f[len(h):]) for h, f in zip(heads, full)])
+            return [sum(x for x in lps if x is not None) for lps in scored]
+        return score
 
 
 @dataclass
@@ -697,7 +708,7 @@ def generate_vllm(checkpoint: Path, out: Path, options, inputs: Path | None = No
     from logos.decoding.sampler import StepStats
     from logos.generate.pipeline import GenerateResult, finish
     from logos.tasks import get
-    from logos.tasks.prompts import build_prompts
+    from logos.tasks.prompts import build_prompts, choose_alternatives
     from logos.util.records import ErrorLog, InputError, errors_path_for
 
     start = time.perf_counter()
@@ -708,7 +719,7 @@ def generate_vllm(checkpoint: Path, out: Path, options, inputs: Path | None = No
     if options.device not in ("cpu", "auto") and not options.device.startswith("cuda"):
         raise InputError(f"--engine vllm runs on cpu or cuda, not {options.device}")
     errors = ErrorLog(errors_path_for(out), echo=lambda line: None)
-    prompts = build_prompts(task, Path(inputs) if inputs else None, options.n, errors)
+    prompts = build_prompts(task, Path(inputs) if inputs else None, options.n, errors, options.prompts)
     if not prompts:
         errors.close()
         raise InputError("nothing to generate (no usable input)")
@@ -719,8 +730,12 @@ def generate_vllm(checkpoint: Path, out: Path, options, inputs: Path | None = No
     stats_path = Path(os.environ.get(STATS_ENV, "/nonexistent"))
     before = _read_stats(stats_path)
     try:
-        res = sample_jobs(lambda reqs, params: llm.generate(reqs, params, use_tqdm=bool(progress)), ck, task, jobs,
-                          options)
+        def run(reqs, params):
+            return llm.generate(reqs, params, use_tqdm=bool(progress))
+        if any(p.alternatives for p, _ in prompts):  # the model chooses a crystal's cell first, as the built-in engine
+            prompts = choose_alternatives(prompts, ck.scorer(run), options.seed)
+            jobs = ck.jobs(task, prompts, options.sampling.max_new_tokens, options.constrained)
+        res = sample_jobs(run, ck, task, jobs, options)
         after = _read_stats(stats_path)
     finally:
         if own:

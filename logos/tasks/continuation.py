@@ -12,7 +12,7 @@ shipped grammar and task rules, plus one rule ``task_continue`` for what may fol
 | ``protein`` / ``antibody`` | the opening tag | residues and the closing tag |
 | ``pocket`` | ``<Search>`` | the copied chains with pocket marks (the request's own rules) |
 | ``ligand`` | the marked chains | one molecule span |
-| ``crystal`` | ``<CrystalS>`` [composition] [``<sgN>``] | the body (of group N when given) and ``<CrystalE>`` |
+| ``crystal`` | ``<CrystalS>`` [composition] [``<sgN>``] | [the header: one of the request's choices, or any] the body (of group N when given) and ``<CrystalE>`` |
 | ``mof`` | ``<MetalS>`` [a node] | the node (or its optional rest), ``<MetalE>``, linker spans, ``<MaterialE>`` |
 
 A crystal prompt whose composition has whole counts (``Cl4Na4``) is continued with fully occupied
@@ -61,8 +61,9 @@ def continuation_rule(task: Task, prompt: Prompt) -> str:
     if name == "ligand":
         return "molecule"
     if name == "crystal":
-        if text.endswith("<CrystalS>"):  # unconditional: the model writes the composition header
-            return "XTAL_COMP xtal_body crystal_close"
+        if text.endswith("<CrystalS>"):  # the model writes the composition header: one of the request's, or any
+            head = "xtal_head" if re.search(r"(?m)^xtal_head:", prompt.rules) else "XTAL_COMP"
+            return f"{head} xtal_body crystal_close"
         m = re.search(r"<sg(\d+)>$", text)
         if m is None:
             return "xtal_body crystal_close"

@@ -8,8 +8,8 @@
 | ``protein``, ``antibody`` | ``<ProteinS>`` / ``<AntibodyS>`` | the 20 standard amino acids | the closing tag | - | protein metrics (``protein``) |
 | ``pocket`` | chains ``<Search>`` | the same chains, residue for residue, with pocket marks | end of sequence | records cut at ``<Search>`` | DCC, pocket overlap |
 | ``ligand`` | chains with pocket marks | a molecule span | ``<MoleculeE>`` | records cut at ``<MoleculeS>`` | ligand metrics |
-| ``crystal`` | ``<CrystalS>`` [composition, space group] | the crystal body | ``<CrystalE>`` | - | CDVAE/CrystaLLM validity |
-| ``csp`` | composition [space group] (``generate --task crystal --input``) | the crystal | - | composition -> crystal | match rate, RMSE |
+| ``crystal`` | ``<CrystalS>`` [cell composition, space group] | [the cell composition,] the crystal body | ``<CrystalE>`` | - | CDVAE/CrystaLLM validity |
+| ``csp`` | formula or cell composition [space group] (``generate --task crystal --input``) | the crystal | - | composition -> crystal | match rate, RMSE |
 | ``mof`` | ``<MaterialS><MetalS>`` [node ``<MetalE>``] | a node formula of real elements, linker spans | ``<MaterialE>`` | records cut at ``<MetalE>`` | MOF validity, novelty |
 | ``pairs`` | a user's ``{"prompt", "completion"}`` JSONL | - | - | as given | - |
 
@@ -45,28 +45,28 @@ JOBS = ("generate", "finetune", "evaluate")
 # -- behaviour, imported on first use ---------------------------------------------------------------------------
 
 def _prompts(name: str, *args):
-    def build(task: "Task", inputs: Path | None, n: int, errors):
+    def build(task: "Task", inputs: Path | None, n: int, errors, options=None):
         from logos.tasks import prompts
 
-        return getattr(prompts, name)(task, inputs, n, errors, *args)
+        return getattr(prompts, name)(task, inputs, n, errors, *args, options=options)
     build.__name__ = name
     return build
 
 
-def _chemistry_rows(table, texts: list[str]):  # valences, rings, aromaticity of every molecule span
+def _chemistry_rows(table, texts: list[str], choices=None):  # valences, rings, aromaticity of every molecule span
     from logos.decoding.rows import SmilesRow, SmilesVocab
 
     vocab = SmilesVocab.of(table)
     return [SmilesRow(vocab, t) for t in texts]
 
 
-def _composition_rows(table, texts: list[str]):  # the sites must add up to the prompt's composition
-    from logos.decoding.rows import CompositionRow
+def _composition_rows(table, texts: list[str], choices=None):  # the sites must add up to the prompt's composition
+    from logos.decoding.rows import CompositionRow                 # (or to the header the model chose)
 
-    return [CompositionRow(table, t) for t in texts]
+    return [CompositionRow(table, t, c) for t, c in zip(texts, choices or [""] * len(texts))]
 
 
-def _copy_rows(table, texts: list[str]):  # the input sequence copied exactly, pocket marks kept closable
+def _copy_rows(table, texts: list[str], choices=None):  # the input sequence copied exactly, pocket marks kept closable
     from logos.decoding.rows import CopyRow
 
     return [CopyRow(table, t) for t in texts]
@@ -120,10 +120,12 @@ class Task:
     budget: int = 96
     """Default length budget (new tokens)."""
     prompts: Callable | None = None
-    """``(task, inputs, n, errors) -> [(Prompt, samples)]``."""
+    """``(task, inputs, n, errors, options) -> [(Prompt, samples)]`` (options: a
+    :class:`~logos.tasks.prompts.PromptOptions` or None)."""
     rows: Callable | None = None
-    """``(token table, prompt texts) -> [row constraint]`` (:mod:`logos.decoding.rows`), one per prompt: chemistry
-    of molecule spans, a crystal's composition, a copied sequence."""
+    """``(token table, prompt texts, prompt choices) -> [row constraint]`` (:mod:`logos.decoding.rows`), one per
+    prompt: chemistry of molecule spans, a crystal's composition, a copied sequence. The choices are each prompt's
+    :attr:`~logos.tasks.prompts.Prompt.choices` (None: none)."""
     answer: Callable[[str], str | None] | None = None
     """The canonical answer of a sample's text; samples with equal answers merge when ranked (reactions)."""
     row_budget: Callable[[list[str], int], int] | None = None
@@ -193,7 +195,7 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("ligand", "ligands for marked pockets", "task_ligand", "<MoleculeE>", _MOL, conditional=True, budget=96,
          rules="task_ligand: chains molecule", prompts=_prompts("chain_prompts", "marked"), rows=_chemistry_rows,
          pairs=_pairs("split_pairs"), marker="<MoleculeS>", evaluate=True),
-    Task("crystal", "crystals (unconditional, or from compositions)", "task_crystal", "<CrystalE>",
+    Task("crystal", "crystals (unconditional, or from formulas)", "task_crystal", "<CrystalE>",
          frozenset({"<CrystalE>", "<Occ>"}) | _CRYSTAL_SYMBOLS, budget=256,  # rules: per request (grammar v2)
          prompts=_prompts("crystal_prompts"), rows=_composition_rows, evaluate=True, reference="mp-dielectric"),
     Task("csp", "crystal structure prediction (generate with --task crystal --input)", pairs=_pairs("csp_pairs"),
