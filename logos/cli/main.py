@@ -192,7 +192,7 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
 
 
 def _cmd_finetune(args: argparse.Namespace) -> int:
-    from logos.finetune import finetune
+    from logos.finetune import describe, finetune
     from logos.train.checkpoint import CheckpointError
     from logos.train.distributed import shutdown
     from logos.train.faults import EXIT_SIGNALLED, TrainingFault
@@ -201,6 +201,9 @@ def _cmd_finetune(args: argparse.Namespace) -> int:
     try:
         init = [f"train.init_from={args.init_from}"] if args.init_from else []
         recipe = load_recipe(Path(args.config), (args.set or []) + init)
+        if args.dry_run:
+            print(describe(recipe))
+            return EXIT_OK
         result = finetune(recipe, resume=args.resume, progress=False if args.quiet else None)
     except ConfigError as e:
         print(f"logos finetune: {e}", file=sys.stderr)
@@ -449,6 +452,9 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
                    help="override a recipe field, e.g. --set finetune.augment=4 --set lora.rank=8 (repeatable)")
     p.add_argument("--init-from", metavar="HF_DIR", help="the checkpoint to finetune (default: the recipe's)")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in train.out_dir")
+    p.add_argument("--dry-run", action="store_true", help="print the resolved recipe, the parameter count and what "
+                                                          "the pair builder makes (pairs per split, the first pair), "
+                                                          "then exit")
     p.add_argument("-q", "--quiet", action="store_true", help="log lines instead of a progress bar")
     p.set_defaults(func=_cmd_finetune)
 
