@@ -39,9 +39,11 @@ from logos.decoding.sampler import NOT_WHOLE, RowResult, Sampling, StepStats, sa
 from logos.tasks import Task, get
 from logos.tasks.prompts import UNCONDITIONAL, Prompt, build_prompts
 from logos.language.grammar import READABLE_GRAMMARS
+from logos.data.limits import InputLimits
 from logos.util.records import ErrorLog, InputError, RecordError, errors_path_for
 
-__all__ = ["GenerateOptions", "GenerateResult", "generate", "run", "load_checkpoint", "SUPPORTED_GRAMMARS"]
+__all__ = ["GenerateOptions", "GenerateResult", "generate", "run", "load_checkpoint", "no_usable_input",
+           "SUPPORTED_GRAMMARS"]
 
 SUPPORTED_GRAMMARS = READABLE_GRAMMARS  # from logos.language.grammar
 MAX_WHOLE_DRAWS = 16  # default redraws of one sample of a whole-record task (Task.whole_document)
@@ -59,6 +61,7 @@ class GenerateOptions:
     resamples: int = 8
     whole_draws: int = MAX_WHOLE_DRAWS  # redraws of a whole-record sample the model would not end there (0: none)
     writer: WriterOptions = field(default_factory=WriterOptions)
+    limits: InputLimits = field(default_factory=InputLimits)  # --input's records, bounded before a library reads them
 
 
 @dataclass
@@ -150,10 +153,10 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
     out = Path(out)
     writer_cls = writer_for(out)
     errors = ErrorLog(errors_path_for(out), echo=lambda line: None)
-    prompts = build_prompts(task, Path(inputs) if inputs else None, options.n, errors)
+    prompts = build_prompts(task, Path(inputs) if inputs else None, options.n, errors, options.limits)
     if not prompts:
         errors.close()
-        raise InputError("nothing to generate (no usable input)")
+        raise InputError(no_usable_input(errors))
     model, tok, info = load_checkpoint(checkpoint, options.device)
     vocab_rows = model.get_output_embeddings().weight.shape[0]
     table = TokenTable(tok, vocab_rows)
@@ -208,6 +211,14 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
     errors.close()
     return GenerateResult(ranked, errors.count - sum(not s.written for s in ranked), time.perf_counter() - start,
                           tokens, redraws, resampled, stats, not_whole)
+
+
+def no_usable_input(errors: ErrorLog) -> str:
+    """The message of a run whose input gave no prompt: the first refused record and its reason."""
+    if errors.first is None:
+        return "nothing to generate (no usable input)"
+    more = f" (and {errors.count - 1} more, see {errors.path})" if errors.count > 1 and errors.path else ""
+    return f"nothing to generate: every input record was refused: {errors.first}{more}"
 
 
 def length_budget(task: Task, texts: list[str], rows, asked: int) -> int:

@@ -45,10 +45,10 @@ JOBS = ("generate", "finetune", "evaluate")
 # -- behaviour, imported on first use ---------------------------------------------------------------------------
 
 def _prompts(name: str, *args):
-    def build(task: "Task", inputs: Path | None, n: int, errors):
+    def build(task: "Task", inputs: Path | None, n: int, errors, **bounds):
         from logos.tasks import prompts
 
-        return getattr(prompts, name)(task, inputs, n, errors, *args)
+        return getattr(prompts, name)(task, inputs, n, errors, *args, **bounds)
     build.__name__ = name
     return build
 
@@ -120,7 +120,8 @@ class Task:
     budget: int = 96
     """Default length budget (new tokens)."""
     prompts: Callable | None = None
-    """``(task, inputs, n, errors) -> [(Prompt, samples)]``."""
+    """``(task, inputs, n, errors, limits=, workers=, on_record=) -> [(Prompt, samples)]``
+    (:func:`logos.tasks.prompts.build_prompts`)."""
     rows: Callable | None = None
     """``(token table, prompt texts) -> [row constraint]`` (:mod:`logos.decoding.rows`), one per prompt: chemistry
     of molecule spans, a crystal's composition, a copied sequence."""
