@@ -13,26 +13,29 @@ import argparse
 __all__ = ["add_limit_arguments", "limits_of"]
 
 
-def add_limit_arguments(p: argparse.ArgumentParser, inputs: bool = True, **defaults) -> None:
+def add_limit_arguments(p: argparse.ArgumentParser, inputs: bool = True, helps: dict | None = None,
+                        **defaults) -> None:
     """The limit flags on ``p`` (``inputs``: also the generation-input ones); ``defaults``: per-command defaults
-    by field name, else the dataclass's."""
+    by field name, else the dataclass's; ``helps``: a command's own wording of a flag's help, by field name (the
+    default is appended)."""
     from logos.data.limits import InputLimits
 
     base = InputLimits()
+    helps = helps or {}
 
     def default(name: str):
         return defaults.get(name, getattr(base, name))
 
     g = p.add_argument_group("input limits (checked before a parsing library sees a record; 0: no limit)")
     g.add_argument("--timeout", type=float, default=default("timeout"), metavar="S",
-                   help=f"seconds one record may take in its isolated worker before it is refused (default "
-                        f"{default('timeout'):g})")
+                   help=helps.get("timeout", "seconds one record may take in its isolated worker before it is "
+                                                        "refused") + f" (default {default('timeout'):g})")
     g.add_argument("--max-atoms", type=int, default=default("max_atoms"), metavar="N",
                    help=f"refuse SMILES/SDF/reaction records (and formulas) with more atoms, before RDKit reads them "
                         f"(default {default('max_atoms')})")
     g.add_argument("--max-mb", type=float, default=default("max_mb"), metavar="MB",
-                   help=f"refuse structure and crystal files (and input files) larger than this (default "
-                        f"{default('max_mb'):g})")
+                   help=helps.get("max_mb", "refuse structure and crystal files (and input files) larger than "
+                                                       "this") + f" (default {default('max_mb'):g})")
     if inputs:
         g.add_argument("--max-chars", type=int, default=default("max_chars"), metavar="N",
                        help=f"refuse input records (lines, JSON records, sequences) longer than this (default "

@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterable, Iterator
 __all__ = ["Failure", "imap_isolated", "Channel", "IsolatedFailure", "call_isolated"]
 
 PARTIAL_AFTER = 0.25  # seconds: a batch still running sends the results it has (bounds what a kill loses)
+STARTUP = 120.0  # seconds an isolated call may take to start (fork, imports) before its own time limit counts
 
 
 @dataclass(frozen=True)
@@ -273,11 +274,17 @@ class IsolatedFailure(RuntimeError):
         self.reason, self.stage = reason, stage
 
 
-def _call_entry(conn, func: Callable, args: tuple) -> None:
+def _call_entry(conn, func: Callable | str, args: tuple) -> None:
     """The isolated process: ``func(channel, *args)``, its result or its exception sent back."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle
     _die_with_parent()
     try:
+        if isinstance(func, str):  # "module:name", imported here (the caller need not import it)
+            import importlib
+
+            module, _, name = func.partition(":")
+            func = getattr(importlib.import_module(module), name)
+        conn.send(("ready", None))  # the time limit starts now
         result = ("done", func(Channel(conn), *args))
     except BaseException as e:  # noqa: BLE001 - every outcome goes back to the caller
         result = ("raised", e)
@@ -288,13 +295,15 @@ def _call_entry(conn, func: Callable, args: tuple) -> None:
     conn.close()
 
 
-async def call_isolated(func: Callable, *args: Any, ctx=None, timeout: float = 0.0,
+async def call_isolated(func: Callable | str, *args: Any, ctx=None, timeout: float = 0.0,
                         answer: Callable[[Any], Any] | None = None) -> Any:
     """``func(channel, *args)`` in a fresh process of the multiprocessing context ``ctx`` (default: forkserver;
-    ``func`` and ``args`` must pickle), awaited without blocking the event loop.
+    ``func`` and ``args`` must pickle; ``func`` may be ``"module:name"``, imported in the process only), awaited
+    without blocking the event loop.
 
     ``await answer(message)`` answers each ``channel.ask(message)`` (an exception it raises is raised in the
-    process). ``timeout``: seconds the process may work, not counting its waits for answers (0: no limit). Its
+    process). ``timeout``: seconds the process may work, not counting its start (imports: at most ``STARTUP``
+    seconds) and its waits for answers (0: no limit). Its
     exception is raised here; a crash, a stall past ``timeout`` or a cancellation kills the process (a
     crash and a stall raise :class:`IsolatedFailure`).
     """
@@ -306,6 +315,7 @@ async def call_isolated(func: Callable, *args: Any, ctx=None, timeout: float = 0
     child.close()
     stage: str | None = None
     used = 0.0
+    ready = False  # the process has imported what it runs: its time limit counts from here
 
     def wake(fut: asyncio.Future) -> None:
         if not fut.done():
@@ -313,18 +323,21 @@ async def call_isolated(func: Callable, *args: Any, ctx=None, timeout: float = 0
 
     try:
         while True:
-            ready = loop.create_future()
-            loop.add_reader(conn.fileno(), wake, ready)
-            loop.add_reader(proc.sentinel, wake, ready)
+            woken = loop.create_future()
+            loop.add_reader(conn.fileno(), wake, woken)
+            loop.add_reader(proc.sentinel, wake, woken)
             started = time.monotonic()
+            limit = (timeout - used if ready else STARTUP) if timeout else None
             try:
-                await asyncio.wait_for(ready, timeout - used if timeout else None)
+                await asyncio.wait_for(woken, limit)
             except asyncio.TimeoutError:
-                raise IsolatedFailure(f"timed out after {timeout:g} s", stage) from None
+                raise IsolatedFailure(f"timed out after {timeout:g} s" if ready else
+                                      f"did not start within {STARTUP:g} s", stage) from None
             finally:
                 loop.remove_reader(conn.fileno())
                 loop.remove_reader(proc.sentinel)
-                used += time.monotonic() - started
+                if ready:
+                    used += time.monotonic() - started
             if not conn.poll():
                 proc.join(1)
                 raise IsolatedFailure(f"the worker process {_death(proc)}", stage)
@@ -333,7 +346,9 @@ async def call_isolated(func: Callable, *args: Any, ctx=None, timeout: float = 0
             except (EOFError, OSError):
                 proc.join(1)
                 raise IsolatedFailure(f"the worker process {_death(proc)}", stage) from None
-            if kind == "stage":
+            if kind == "ready":
+                ready = True
+            elif kind == "stage":
                 stage = value
             elif kind == "ask":
                 try:
