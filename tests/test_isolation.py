@@ -255,3 +255,17 @@ def test_the_time_limit_does_not_count_waits_for_the_caller():
         return "answered"
 
     assert _run(lambda: call_isolated(_waits_for_a_slow_answer, answer=answer, timeout=1.5)) == "answered"
+
+
+def _asks_big(channel, size):
+    reply = channel.ask("x" * size)
+    return len(reply)
+
+
+def test_messages_larger_than_a_pipe_travel_whole_both_ways():
+    from logos.util.isolate import call_isolated
+
+    async def answer(message):
+        return message * 2
+
+    assert _run(lambda: call_isolated(_asks_big, 3_000_000, answer=answer, timeout=60)) == 6_000_000

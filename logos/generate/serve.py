@@ -32,9 +32,7 @@ resampled when it fails. A plain ``/v1/completions`` request gets the same const
 carries the grammar and ``vllm_xargs`` (see the README).
 """
 
-from __future__ import annotations
-
-import json
+import json  # (no postponed annotations in this module: FastAPI reads the routes' ``Request`` annotation)
 import math
 import os
 from dataclasses import asdict

@@ -173,19 +173,35 @@ def _split_files(out: Path, suffix: str, ranked) -> dict[str, str]:
     return {i: text for i in ids}
 
 
+# What a request's work imports on first use (prompts, the checks of finished samples, the writers): imported once
+# in the fork server, so that no request pays for it (pymatgen alone takes seconds).
+_PRELOAD = ("vllm.sampling_params", "vllm.outputs", "rdkit.Chem", "Bio.SeqIO", "pymatgen.core",
+            "pymatgen.symmetry.analyzer", "logos.domains", "logos.science.chemistry", "logos.language.grammar",
+            "logos.tasks.prompts", "logos.tasks.continuation", "logos.tasks.answers", "logos.decoding.constraints",
+            "logos.decoding.rows", "logos.decoding.composition", "logos.decoding.crystal_rules",
+            "logos.decoding.crystal_check", "logos.science.materials.wyckoff", "logos.science.materials.symmetry",
+            "logos.science.materials.validity")
+
+
 def _preload() -> None:
-    """In the server's fork server: the checkpoint and vLLM's request types loaded once, before any request forks."""
+    """In the server's fork server: the checkpoint and the modules of a request's work loaded once, before any
+    request forks."""
     import gc
+    import importlib
     import sys
 
     try:
         checkpoint()
     except Exception as e:  # noqa: BLE001 - each request then loads it itself and reports what fails
         print(f"logos serve: the request worker could not preload {os.environ[CHECKPOINT_ENV]}: {e}", file=sys.stderr)
-    try:
-        import vllm.sampling_params  # noqa: F401 - every request's sampling parameters
-    except ImportError:
-        pass
+    for name in _PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # an optional package (vLLM outside its venv, pymatgen without logos[materials])
+            pass
+    from logos.language.grammar import validate
+
+    validate("<MoleculeS>C<MoleculeE>")  # builds the grammar's parser, which checks every written sample
     gc.freeze()  # the loaded objects stay shared with the forks (no collection writes to their pages)
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing as mp
+import os
 import signal
 import time
 from collections import deque
@@ -336,6 +337,8 @@ async def call_isolated(func: Callable | str, *args: Any, ctx=None, timeout: flo
             finally:
                 loop.remove_reader(conn.fileno())
                 loop.remove_reader(proc.sentinel)
+                for fd in (conn.fileno(), proc.sentinel):  # uvloop leaves them non-blocking: the pipe's
+                    os.set_blocking(fd, True)             # reads and writes below expect whole messages
                 if ready:
                     used += time.monotonic() - started
             if not conn.poll():
