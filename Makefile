@@ -4,7 +4,7 @@ PY      := .venv/bin/python
 VENV_OK := .venv/.installed
 MAKE_T0 := $(shell date +%s)
 
-.PHONY: demo demo-train test fuzz venv native bench clean gpu-wheels venv-vllm test-vllm bench-vllm
+.PHONY: demo demo-train test chromium fuzz venv native bench clean gpu-wheels venv-vllm test-vllm bench-vllm
 
 # The venv's build time is kept in .venv/.build-seconds (make demo prints it when it built the venv).
 $(VENV_OK): pyproject.toml
@@ -26,8 +26,22 @@ $(NATIVE): $(VENV_OK) $(wildcard logos/decoding/*.py)
 
 native: $(NATIVE)
 
+# The demo page test renders the page in headless Chromium: when none is installed, make installs Debian's
+# chromium if it runs as root with apt-get at hand, else it stops and says how.
+chromium:
+	@if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1 \
+			&& ! command -v google-chrome >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "make: installing Debian's chromium (the demo page test renders the page in headless Chromium)"; \
+			DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null || exit 2; \
+		else \
+			echo "make test: the demo page test needs Chromium: run \`sudo apt-get install chromium\`" >&2; exit 2; \
+		fi; \
+	fi
+
 # Two pytest workers (pytest-xdist), one torch thread each; the import-linter layers contract first.
-test: $(VENV_OK) $(NATIVE)
+test: chromium $(VENV_OK) $(NATIVE)
 	.venv/bin/lint-imports
 	PYTHONPATH=. OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile tests
 

@@ -98,12 +98,13 @@ def test_lines_no_cell_can_answer_are_refused_before_sampling_with_the_smallest_
     assert [p.input_id for p, _ in prompts] == ["good"]  # a bad line never loses the good ones
     reasons = dict(errors)
     path = str(tmp_path / "formulas.txt")
-    assert set(reasons) == {f"{path}:{i}" for i in ("one", "spinel", "unknown", "group", "zero", "cscl")}
-    assert "group 167 (R-3c)" in reasons[f"{path}:one"] and "Z=6 (Fe12O18, 30 atoms)" in reasons[f"{path}:one"]
-    assert "group 227 (Fd-3m)" in reasons[f"{path}:spinel"] and "Z=8" in reasons[f"{path}:spinel"]
-    assert "unknown element 'Xx'" in reasons[f"{path}:unknown"]
-    assert "outside 1-230" in reasons[f"{path}:group"]
-    assert "more symmetry (group 221)" in reasons[f"{path}:cscl"] and "Z=4 (Cl4Na4" in reasons[f"{path}:cscl"]
+    one, spinel, unknown, group, zero, cscl = (f"{path}:{line}" for line in range(1, 7))  # refusals name the line
+    assert set(reasons) == {one, spinel, unknown, group, zero, cscl}
+    assert "group 167 (R-3c)" in reasons[one] and "Z=6 (Fe12O18, 30 atoms)" in reasons[one]
+    assert "group 227 (Fd-3m)" in reasons[spinel] and "Z=8" in reasons[spinel]
+    assert "Xx is not an element" in reasons[unknown]
+    assert "space group 231: not in 1-230" in reasons[group]
+    assert "more symmetry (group 221)" in reasons[cscl] and "Z=4 (Cl4Na4" in reasons[cscl]
     assert all("\n" not in r for r in reasons.values())
     _, errors = _prompts(tmp_path, "Fe2O3 167\n", cell_composition=True)
     assert "6 x Fe2O3 = Fe12O18" in errors[0][1] and "group 167" in errors[0][1]
@@ -157,10 +158,10 @@ def test_shipped_model_predicts_structures_from_reduced_formulas(tmp_path, run_c
                         "--seed", "0", "-q", "-o", out)
     assert code == 1  # the refused line
     refusals = [line for line in err.splitlines() if line.startswith(f"{inputs}:")]
-    assert refusals == [f"{inputs}:one: Fe2O3 Z=1 (Fe2O3) in group 167 (R-3c): no placement on its Wyckoff "
+    assert refusals == [f"{inputs}:4: Fe2O3 Z=1 (Fe2O3) in group 167 (R-3c): no placement on its Wyckoff "
                         "positions; the smallest cell that can is Z=6 (Fe12O18, 30 atoms): add Z=6 to the line"]
     logged = [json.loads(line) for line in out.with_name("csp.cif.errors.jsonl").read_text().splitlines()]
-    assert [e["source"] for e in logged] == [f"{inputs}:one"] and "dead-end" not in json.dumps(logged)
+    assert [e["source"] for e in logged] == [f"{inputs}:4"] and "dead-end" not in json.dumps(logged)
     samples = _samples(out)
     want = {"hematite": {"Fe": 12, "O": 18}, "olivine": {"Li": 4, "Fe": 4, "P": 4, "O": 16},
             "rocksalt": {"Na": 4, "Cl": 4}}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -209,3 +210,38 @@ def test_multitask_mixes_tasks_in_exact_proportions(reactions, tmp_path, monkeyp
     monkeypatch.setattr(logos.train, "Trainer", Spy)  # finetune() imports it from logos.train at call time
     finetune(recipe, progress=False, echo=lambda line: None)
     assert abs(seen["retro"] - 300) <= 2 and abs(seen["forward"] - 100) <= 2, seen
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_dry_run_prints_recipe_parameters_and_the_pairs_pack_would_split(reactions, tmp_path, capsys, lora):
+    from logos.cli import main
+    from logos.finetune.run import prepare_data
+
+    extra = ["--set", "lora.rank=8"] if lora else []
+    sets = [f"finetune.sources=[{reactions}]", f"train.out_dir={tmp_path / 'dry'}", "finetune.augment=2",
+            "finetune.val_fraction=0.2"]
+    argv = ["finetune", "--config", str(REPO / "finetune" / "retro.yaml"), "--dry-run", *extra]
+    for s in sets:
+        argv += ["--set", s]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert not (tmp_path / "dry").exists()  # nothing written, nothing trained
+    assert "task: retro" in out and "augment: 2" in out and "LlamaForCausalLM" in out
+    assert "# parameters: 5,049,600" in out  # the shipped tiny checkpoint with the grammar symbols
+    trainable = [line for line in out.splitlines() if line.startswith("# trainable with LoRA rank 8:")]
+    if lora:
+        n = int(trainable[0].split(":")[1].split()[0].replace(",", ""))
+        assert 0 < n < 5_049_600
+    else:
+        assert not trainable
+    pairs = next(line for line in out.splitlines() if line.startswith("# pairs (retro):"))
+    train, val = (int(x.replace(",", "")) for x in re.findall(r"([\d,]+) (?:train|validation)", pairs))
+    first = json.loads(next(line for line in out.splitlines() if line.startswith("# first pair: "))[14:])
+    assert first["prompt"].endswith("<ReverseReact>") and first["completion"].startswith("<MoleculeS>")
+
+    # the same recipe's real data preparation packs exactly those splits
+    recipe = _recipe(tmp_path, reactions, "run", "finetune.augment=2", "finetune.val_fraction=0.2")
+    recipe.train.init_from = str(REPO / "checkpoints" / "logos-tiny")
+    shards, n = prepare_data(recipe, echo=lambda line: None)
+    docs = json.loads((shards / "meta.json").read_text())["docs"]
+    assert (train, val) == (docs["train"], docs["val"]) and train + val == n and val > 0

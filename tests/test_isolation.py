@@ -88,7 +88,9 @@ def test_long_invalid_smiles_gives_a_bounded_error_line(tmp_path):
     proc, _ = _tokenize(src, out, "--max-atoms", 0)
     assert proc.returncode == 1 and len(records(out)) == 1
     (error,) = [json.loads(l) for l in (tmp_path / "out.errors.jsonl").read_text().splitlines()]
-    assert len(error["reason"]) <= 200 and "10,001 chars" in error["reason"]  # the echoed input is cut, and says so
+    # the echoed input is cut, and RDKit's reason says where the SMILES breaks
+    assert len(error["reason"]) <= 200 and "...[" in error["reason"], error
+    assert "SMILES parse error at position 10001: syntax error" in error["reason"], error
 
 
 def test_a_killed_run_keeps_what_it_wrote(tmp_path):
@@ -157,3 +159,113 @@ def test_safe_name_stays_inside_the_folder(tmp_path, ident):
     assert name and "/" not in name and "\\" not in name and "\x00" not in name and not name.startswith(".")
     assert (tmp_path / name).resolve().parent == tmp_path.resolve()
     assert safe_name("1abc_LIG1-2.x") == "1abc_LIG1-2.x"  # ordinary ids are kept as they are
+
+
+# ------------------------------------------------------------------ one isolated call from an event loop (servers)
+def _asks_twice(channel, x):
+    channel.stage("asking")
+    return channel.ask(x) + channel.ask(x + 1)
+
+
+def _stalls(channel, seconds):
+    channel.stage("input 3")
+    time.sleep(seconds)  # a library call that does not return
+    return "never"
+
+
+def _crashes(channel):
+    channel.stage("reading the structure")
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def _refuses(channel):
+    from logos.util.records import RecordError
+
+    raise RecordError("input 1: SMILES parse error at position 4")
+
+
+def _waits_for_a_slow_answer(channel):
+    return channel.ask("slow")
+
+
+def _run(coro_fn):
+    import asyncio
+
+    return asyncio.run(coro_fn())
+
+
+def test_an_isolated_call_asks_its_caller_and_returns():
+    from logos.util.isolate import call_isolated
+
+    async def answer(x):
+        return 10 * x
+
+    assert _run(lambda: call_isolated(_asks_twice, 2, answer=answer, timeout=30)) == 50
+
+
+def test_a_stalled_call_is_killed_at_its_time_limit_while_the_loop_goes_on():
+    import asyncio
+
+    from logos.util.isolate import IsolatedFailure, call_isolated
+
+    async def main():
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.05)
+                ticks += 1
+
+        t = asyncio.create_task(ticker())
+        start = time.monotonic()
+        with pytest.raises(IsolatedFailure) as e:
+            await call_isolated(_stalls, 600, timeout=2)
+        t.cancel()
+        return e.value, time.monotonic() - start, ticks
+
+    failure, seconds, ticks = _run(main)
+    assert "timed out after 2 s" in failure.reason and failure.stage == "input 3"
+    assert seconds < 20 and ticks >= 10  # the loop kept running while the call stalled
+
+
+def test_a_crashed_call_names_its_signal_and_stage():
+    from logos.util.isolate import IsolatedFailure, call_isolated
+
+    with pytest.raises(IsolatedFailure) as e:
+        _run(lambda: call_isolated(_crashes, timeout=30))
+    assert "SIGSEGV" in e.value.reason and e.value.stage == "reading the structure"
+
+
+def test_an_isolated_call_raises_its_own_exception_here():
+    from logos.util.isolate import call_isolated
+    from logos.util.records import RecordError
+
+    with pytest.raises(RecordError, match="input 1: SMILES parse error at position 4"):
+        _run(lambda: call_isolated(_refuses, timeout=30))
+
+
+def test_the_time_limit_does_not_count_waits_for_the_caller():
+    import asyncio
+
+    from logos.util.isolate import call_isolated
+
+    async def answer(message):
+        await asyncio.sleep(3)  # the engine, say: longer than the call's own time limit
+        return "answered"
+
+    assert _run(lambda: call_isolated(_waits_for_a_slow_answer, answer=answer, timeout=1.5)) == "answered"
+
+
+def _asks_big(channel, size):
+    reply = channel.ask("x" * size)
+    return len(reply)
+
+
+def test_messages_larger_than_a_pipe_travel_whole_both_ways():
+    from logos.util.isolate import call_isolated
+
+    async def answer(message):
+        return message * 2
+
+    assert _run(lambda: call_isolated(_asks_big, 3_000_000, answer=answer, timeout=60)) == 6_000_000

@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from logos.cli.limits import add_limit_arguments, limits_of
 from logos.cli.serve import add_engine_arguments, add_serve_parser
 from logos.util.records import InputError
 from logos.util.resources import DEFAULT_CHECKPOINT, DEFAULT_TOKENIZER, resolve
@@ -21,10 +22,10 @@ EXIT_OK, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
 
 def _cmd_tokenize(args: argparse.Namespace) -> int:
     from logos.domains import encoder_options
-    from logos.data.encode import Limits, tokenize_files
+    from logos.data.encode import tokenize_files
 
     options = encoder_options(vars(args), strict=False)
-    limits = Limits(timeout=args.timeout, max_atoms=args.max_atoms, max_mb=args.max_mb)
+    limits = limits_of(args, inputs=False)
     result = tokenize_files([Path(p) for p in args.inputs], Path(args.output), options, domain=args.domain,
                             workers=args.workers, progress=False if args.quiet else None, limits=limits)
     rate = result.inputs / result.seconds if result.seconds else 0.0
@@ -192,7 +193,7 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
 
 
 def _cmd_finetune(args: argparse.Namespace) -> int:
-    from logos.finetune import finetune
+    from logos.finetune import describe, finetune
     from logos.train.checkpoint import CheckpointError
     from logos.train.distributed import shutdown
     from logos.train.faults import EXIT_SIGNALLED, TrainingFault
@@ -201,6 +202,9 @@ def _cmd_finetune(args: argparse.Namespace) -> int:
     try:
         init = [f"train.init_from={args.init_from}"] if args.init_from else []
         recipe = load_recipe(Path(args.config), (args.set or []) + init)
+        if args.dry_run:
+            print(describe(recipe))
+            return EXIT_OK
         result = finetune(recipe, resume=args.resume, progress=False if args.quiet else None)
     except ConfigError as e:
         print(f"logos finetune: {e}", file=sys.stderr)
@@ -240,7 +244,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
                         max_new_tokens=args.max_new_tokens, row_work=args.row_work)
     options = GenerateOptions(task=args.task, n=args.n, batch_size=args.batch_size, sampling=sampling, seed=args.seed,
                               constrained=not args.unconstrained, device=_device(args.device), resamples=args.resamples,
-                              whole_draws=args.whole_draws, writer=_writer_options(args),
+                              whole_draws=args.whole_draws, writer=_writer_options(args), limits=limits_of(args),
                               prompts=PromptOptions(cell_composition=args.cell_composition,
                                                     max_cell_atoms=args.max_cell_atoms))
     if args.engine == "vllm":  # vLLM (logos.generate.vllm_engine): same tasks, files and guarantees
@@ -349,12 +353,7 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
                    help="domain of every input (default: from each file)")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="isolated encoder processes (default 1; 0: in this process, a library crash ends the run)")
-    p.add_argument("--timeout", type=float, default=60.0, metavar="S",
-                   help="seconds one record may take before it is skipped (default 60; 0: no limit)")
-    p.add_argument("--max-atoms", type=int, default=1000, metavar="N",
-                   help="skip SMILES/SDF/reaction records with more atoms, before RDKit reads them (default 1000; 0: no limit)")
-    p.add_argument("--max-mb", type=float, default=200.0, metavar="MB",
-                   help="skip structure and crystal files larger than this (default 200; 0: no limit)")
+    add_limit_arguments(p, inputs=False)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     if full:
         add_option_arguments(p, DOMAINS.values())
@@ -453,6 +452,9 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
                    help="override a recipe field, e.g. --set finetune.augment=4 --set lora.rank=8 (repeatable)")
     p.add_argument("--init-from", metavar="HF_DIR", help="the checkpoint to finetune (default: the recipe's)")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in train.out_dir")
+    p.add_argument("--dry-run", action="store_true", help="print the resolved recipe, the parameter count and what "
+                                                          "the pair builder makes (pairs per split, the first pair), "
+                                                          "then exit")
     p.add_argument("-q", "--quiet", action="store_true", help="log lines instead of a progress bar")
     p.set_defaults(func=_cmd_finetune)
 
@@ -503,6 +505,7 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
                    help="sample without the grammar and chemistry constraints (the task mask and budget stay)")
     p.add_argument("--3d", dest="three_d", action="store_true", help="SDF: embed a 3D conformer")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    add_limit_arguments(p)  # --input's records bounded before a library reads them, the library work isolated
     add_engine_arguments(p)  # --engine vllm and vLLM's scale-out options (logos.serve)
     p.set_defaults(func=_cmd_generate)
     add_serve_parser(sub, DEFAULT_CHECKPOINT)  # logos serve (logos.serve)

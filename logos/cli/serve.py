@@ -3,7 +3,10 @@ OpenAI-compatible server with the LOGOS routes (:mod:`logos.generate.serve`) and
 
 Engine options are passed through: ``--tensor-parallel-size``, ``--data-parallel-size``,
 ``--ray-address`` (a Ray cluster for multi-node; on CPU one process), and any other vLLM server flag
-after ``--``.
+after ``--``. The input limits (``--timeout``, ``--max-atoms``, ``--max-mb``, ``--max-chars``,
+``--max-residues``, ``--max-records``) are those of ``logos tokenize`` and ``logos generate``, with a
+server's defaults (:data:`logos.generate.serve.SERVE_LIMITS`), and ``--workers`` bounds the requests
+at work at once (:mod:`logos.generate.serve`).
 """
 
 import argparse
@@ -11,7 +14,9 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["add_engine_arguments", "engine_options", "add_serve_parser"]
+__all__ = ["add_engine_arguments", "engine_options", "add_serve_parser", "GRACE"]
+
+GRACE = 3  # seconds the server gives running requests to finish after SIGTERM or Ctrl-C
 
 
 # ------------------------------------------------------------------------------------------------ arguments
@@ -59,6 +64,16 @@ def add_serve_parser(sub, default_checkpoint: str) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--max-model-len", type=int, default=1024)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=16, metavar="N",
+                   help="requests worked on at once, each in its own isolated process (the others wait their turn; "
+                        "default 16)")
+    from logos.cli.limits import add_limit_arguments
+    from logos.generate.serve import SERVE_LIMITS
+
+    add_limit_arguments(p, helps={  # a request's input bounded as tokenize bounds a file
+        "timeout": "seconds of a request's own work (in its isolated process; waits for the engine do not count) "
+                   "before it is refused",
+        "max_mb": "refuse request bodies larger than this"}, **SERVE_LIMITS)
     add_engine_arguments(p, engine_choice=False)
     p.add_argument("vllm_flags", nargs=argparse.REMAINDER, help="after --: flags for vLLM's server as they are")
     p.set_defaults(func=_cmd_serve)
@@ -89,6 +104,8 @@ def server_argv(checkpoint: Path, args: argparse.Namespace, cpu: bool) -> list[s
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from logos.cli.limits import limits_of
+    from logos.generate.serve import CHECKPOINT_ENV, SETTINGS_ENV, ServeSettings
     from logos.generate.vllm_engine import EngineOptions, engine_environment, _on_cpu
     from logos.util.records import InputError
     from logos.util.resources import resolve
@@ -107,11 +124,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     engine_environment(EngineOptions(ray_address=args.ray_address, kv_cache_gib=args.kv_cache_gib))
     plugins = [x for x in os.environ.get("VLLM_PLUGINS", "").split(",") if x]
     os.environ["VLLM_PLUGINS"] = ",".join(plugins + ([] if "logos" in plugins else ["logos"]))
-    os.environ["LOGOS_SERVE_CHECKPOINT"] = str(checkpoint)
+    if args.workers < 1:
+        raise InputError("--workers must be at least 1")
+    os.environ[CHECKPOINT_ENV] = str(checkpoint)
+    os.environ[SETTINGS_ENV] = ServeSettings(limits_of(args), args.workers).to_json()
     parser = make_arg_parser(FlexibleArgumentParser(prog="logos serve"))
     vargs = parser.parse_args(server_argv(checkpoint, args, _on_cpu()))
     validate_parsed_serve_args(vargs)
     print(f"serve: {checkpoint} on http://{args.host}:{args.port} (OpenAI API at /v1, LOGOS tasks at "
           "/logos/generate)", file=sys.stderr, flush=True)
-    uvloop.run(run_server(vargs))
+    # On SIGTERM or Ctrl-C, requests still at work after GRACE seconds are cancelled (their processes killed).
+    uvloop.run(run_server(vargs, timeout_graceful_shutdown=GRACE))
     return 0

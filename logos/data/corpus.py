@@ -101,7 +101,7 @@ class CorpusConfig:
     workers: int = 2
     """Encoder processes per source (local engine; the Ray engine uses one isolated process per Ray CPU)."""
     limits: dict = field(default_factory=dict)
-    """Per-record limits of ``logos tokenize`` (``timeout``, ``max_atoms``, ``max_mb``; :class:`logos.data.encode.Limits`)."""
+    """Per-record limits of ``logos tokenize`` (``timeout``, ``max_atoms``, ``max_mb``; :class:`logos.data.limits.Limits`)."""
 
     def __post_init__(self):
         self.sources = [s if isinstance(s, Source) else Source(**s) for s in self.sources]
@@ -113,7 +113,7 @@ class CorpusConfig:
             raise ValueError("validation and test must be fractions that sum below 1")
 
     def record_limits(self):
-        from logos.data.encode import Limits
+        from logos.data.limits import Limits
 
         known = {f.name for f in dataclasses.fields(Limits)}
         if set(self.limits) - known:

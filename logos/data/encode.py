@@ -5,7 +5,7 @@ Files are read in the main process (cheap: lines, SDF blocks, paths); the domain
 in input order. A bad record or file is reported once (stderr line + ``OUT.errors.jsonl``) and
 never stops the run.
 
-Isolation (:class:`Limits`, recorded in the output header): RDKit, gemmi and spglib only ever run
+Isolation (:class:`logos.data.limits.Limits`, recorded in the output header): RDKit, gemmi and spglib only ever run
 in worker processes, so a segfault or a stall costs one record (its error line says so), never the
 run; ``--timeout`` bounds each record. Before a library sees a record, cheap checks on the raw text
 refuse the absurd ones (``--max-atoms`` for SMILES, SDF and reaction records, counted by a regex
@@ -36,32 +36,13 @@ from tqdm import tqdm
 from logos.util.version import VERSION as __version__
 from logos.domains import DOMAINS, detect
 from logos.language.grammar import GRAMMAR_VERSION
+from logos.data.limits import Limits, smiles_atoms, too_big
 from logos.util.isolate import Failure, imap_isolated
 from logos.util.records import HEADER_KEY, ErrorLog, InputError, RecordError, WorkItem, errors_path_for
 
-__all__ = ["Limits", "TokenizeResult", "tokenize_files", "encode_items", "oversize"]
+__all__ = ["TokenizeResult", "tokenize_files", "encode_items", "oversize"]
 
 BATCH = 256  # light items per task sent to a worker: amortizes pickling and IPC, bounds what a crash re-runs
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Per-record limits of ``logos tokenize`` (0 turns a limit off); written to the output header."""
-
-    timeout: float = 60.0
-    """Seconds one record may take in its worker before it is killed and reported."""
-    max_atoms: int = 1000
-    """Atoms in one SMILES, SDF or reaction record (checked on the raw text before RDKit sees it)."""
-    max_mb: float = 200.0
-    """Megabytes of one structure or crystal file (or CIF block), checked before gemmi sees it."""
-
-    def __post_init__(self):
-        if self.timeout < 0 or self.max_atoms < 0 or self.max_mb < 0:
-            raise ValueError("limits must be >= 0 (0: no limit)")
-
-
-# Atoms of a SMILES: bracket atoms and organic-subset symbols (ring-bond digits and bonds are not atoms).
-_SMILES_ATOM = re.compile(r"\[[^\]]*\]|Br|Cl|[BCNOPSFIbcnops*]")
 
 
 LONG_TEXT = 2000  # characters: a longer SMILES/SDF record travels alone, like a file
@@ -93,17 +74,14 @@ def oversize(item: WorkItem, limits: Limits, domain: str | None = None) -> str |
                 m = re.search(r"COUNTS\s+(\d+)", p[:4000]) if "V3000" in counts else None
                 n = int(m.group(1)) if m else int(counts[:3]) if counts[:3].strip().isdigit() else 0
             else:
-                n = len(_SMILES_ATOM.findall(p))
+                n = smiles_atoms(p)
             if n > limits.max_atoms:
                 return f"{n:,} atoms, more than --max-atoms {limits.max_atoms:,} (not parsed)"
         return None
-    if limits.max_mb:
-        paths = [p] if item.extra.get("structure") else [p.get("structure")] if isinstance(p, dict) else []
-        size = len(p) if isinstance(p, str) and item.extra.get("format") else \
-            max((os.path.getsize(x) for x in paths if x and os.path.exists(x)), default=0)
-        if size > limits.max_mb * 1e6:
-            return f"{size / 1e6:,.1f} MB, more than --max-mb {limits.max_mb:g} (not parsed)"
-    return None
+    paths = [p] if item.extra.get("structure") else [p.get("structure")] if isinstance(p, dict) else []
+    size = len(p) if isinstance(p, str) and item.extra.get("format") else \
+        max((os.path.getsize(x) for x in paths if x and os.path.exists(x)), default=0)
+    return too_big(size, limits)
 
 
 @dataclass

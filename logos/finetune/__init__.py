@@ -2,6 +2,6 @@
 
 from logos.tasks import build_pairs
 from logos.tasks.pairs import PairOptions
-from logos.finetune.run import FinetuneResult, finetune
+from logos.finetune.run import FinetuneResult, describe, finetune
 
-__all__ = ["PairOptions", "build_pairs", "finetune", "FinetuneResult"]
+__all__ = ["PairOptions", "build_pairs", "describe", "finetune", "FinetuneResult"]

@@ -22,10 +22,10 @@ from pathlib import Path
 
 from logos.tasks import build_pairs, get
 from logos.tasks.pairs import PairOptions
-from logos.util.records import ErrorLog, InputError, errors_path_for
+from logos.util.records import ErrorLog, InputError, errors_path_for, read_records
 from logos.train.recipe import ConfigError, Recipe
 
-__all__ = ["finetune", "FinetuneResult", "prepare_data", "TaskMetric"]
+__all__ = ["finetune", "FinetuneResult", "prepare_data", "describe", "TaskMetric"]
 
 
 @dataclass
@@ -59,6 +59,31 @@ def _task(recipe: Recipe) -> str:
     return _parts(recipe)[0]["task"]
 
 
+def _write_pairs(recipe: Recipe, out: Path, errors: ErrorLog) -> tuple[int, list[Path]]:
+    """The pair builder's output in ``out``: ``pairs.jsonl`` (every part of the recipe) and, with
+    ``finetune.val_sources``, ``val_pairs.jsonl``; (pairs written, the validation files)."""
+    f = recipe.finetune
+    if not f.sources and not f.parts:
+        raise ConfigError("finetune.sources is empty: name the files to build the task's pairs from")
+    out.mkdir(parents=True, exist_ok=True)
+    n = 0
+    for part in _parts(recipe):
+        options = PairOptions(task=part["task"], augment=part.get("augment", f.augment),
+                              augment_side=part.get("augment_side", f.augment_side), seed=recipe.train.seed,
+                              marker=part.get("marker", f.marker), with_space_group=f.with_space_group)
+        n += build_pairs([Path(s) for s in part["sources"]], options, out / "pairs.jsonl", errors, append=bool(n))
+    val_files = []
+    if f.val_sources:
+        val_options = PairOptions(task=_task(recipe), seed=recipe.train.seed, marker=f.marker,
+                                  with_space_group=f.with_space_group)  # held-out items: canonical only
+        build_pairs([Path(s) for s in f.val_sources], val_options, out / "val_pairs.jsonl", errors)
+        val_files = [out / "val_pairs.jsonl"]
+    if n == 0:
+        raise InputError(f"no pairs built from {', '.join(str(s) for p in _parts(recipe) for s in p['sources'])} "
+                         f"(see {errors.path})")
+    return n, val_files
+
+
 def prepare_data(recipe: Recipe, echo) -> tuple[Path, int]:
     """Pairs and shards in ``OUT/data`` (kept on resume); (shard dir, number of pairs)."""
     from logos.data.pack import pack
@@ -67,33 +92,52 @@ def prepare_data(recipe: Recipe, echo) -> tuple[Path, int]:
     shards = out / "shards"
     if (shards / "meta.json").exists():
         return shards, sum(1 for _ in open(out / "pairs.jsonl"))
-    if not f.sources and not f.parts:
-        raise ConfigError("finetune.sources is empty: name the files to build the task's pairs from")
-    out.mkdir(parents=True, exist_ok=True)
     errors = ErrorLog(errors_path_for(out / "pairs.jsonl"), echo=lambda line: None)
     try:
-        n = 0
-        for part in _parts(recipe):
-            options = PairOptions(task=part["task"], augment=part.get("augment", f.augment),
-                                  augment_side=part.get("augment_side", f.augment_side), seed=recipe.train.seed,
-                                  marker=part.get("marker", f.marker), with_space_group=f.with_space_group)
-            n += build_pairs([Path(s) for s in part["sources"]], options, out / "pairs.jsonl", errors, append=bool(n))
-        val_files = []
-        if f.val_sources:
-            val_options = PairOptions(task=_task(recipe), seed=recipe.train.seed, marker=f.marker,
-                                      with_space_group=f.with_space_group)  # held-out items: canonical only
-            build_pairs([Path(s) for s in f.val_sources], val_options, out / "val_pairs.jsonl", errors)
-            val_files = [out / "val_pairs.jsonl"]
+        n, val_files = _write_pairs(recipe, out, errors)
     finally:
         errors.close()
-    if n == 0:
-        raise InputError(f"no pairs built from {', '.join(str(s) for p in _parts(recipe) for s in p['sources'])} "
-                         f"(see {errors.path})")
     echo(f"finetune: {n:,} {'+'.join(p['task'] for p in _parts(recipe))} pairs" + (f", {errors.count} records refused (see {errors.path})"
                                                if errors.count else ""))
     pack([out / "pairs.jsonl"], _tokenizer_of(recipe), shards, val_fraction=f.val_fraction,
          val_inputs=val_files or None, seed=recipe.train.seed, progress=False)
     return shards, n
+
+
+def describe(recipe: Recipe) -> str:
+    """``logos finetune --dry-run``: the resolved recipe, the parameter count of the model it trains (the base
+    checkpoint with the grammar symbols; with LoRA also what trains), and what the pair builder makes of the
+    sources: pairs per split (the split ``logos pack`` will make) and the first pair. The pairs are built in a
+    temporary folder; nothing is written to ``train.out_dir`` and nothing trains."""
+    import tempfile
+
+    from logos.data.splits import group_key, split_of
+    from logos.train.model import describe as describe_model
+
+    if recipe.finetune is None:
+        raise ConfigError("not a finetune recipe: it has no finetune section (see finetune/*.yaml)")
+    recipe.train.init_from = str(_tokenizer_of(recipe))
+    lines = [describe_model(recipe)]
+    f = recipe.finetune
+    with tempfile.TemporaryDirectory(prefix="logos-finetune-dry-") as tmp:
+        errors = ErrorLog(None, echo=lambda line: None)
+        n, val_files = _write_pairs(recipe, Path(tmp), errors)
+        records = list(read_records(Path(tmp) / "pairs.jsonl"))  # as logos pack reads them
+        if val_files:
+            split = {"train": n, "validation": sum(1 for _ in open(val_files[0]))}
+            rule = "validation: finetune.val_sources"
+        else:
+            split = {"train": 0, "validation": 0}
+            for r in records:
+                split["validation" if split_of(group_key(r), recipe.train.seed, f.val_fraction) == "validation"
+                      else "train"] += 1
+            rule = f"validation: {f.val_fraction:g} of the groups by seeded hash"
+    tasks = "+".join(p["task"] for p in _parts(recipe))
+    lines.append(f"# pairs ({tasks}): {split['train']:,} train, {split['validation']:,} validation ({rule})"
+                 + (f"; {errors.count} source records refused" if errors.count else ""))
+    first = records[0]
+    lines.append("# first pair: " + json.dumps({k: first[k] for k in ("id", "prompt", "completion") if k in first}))
+    return "\n".join(lines)
 
 
 class TaskMetric:

@@ -39,9 +39,11 @@ from logos.decoding.sampler import NOT_WHOLE, RowResult, Sampling, StepStats, sa
 from logos.tasks import Task, get
 from logos.tasks.prompts import UNCONDITIONAL, Prompt, PromptOptions, build_prompts, choose_alternatives
 from logos.language.grammar import READABLE_GRAMMARS
+from logos.data.limits import InputLimits
 from logos.util.records import ErrorLog, InputError, RecordError, errors_path_for
 
-__all__ = ["GenerateOptions", "GenerateResult", "generate", "run", "load_checkpoint", "scorer", "SUPPORTED_GRAMMARS"]
+__all__ = ["GenerateOptions", "GenerateResult", "generate", "run", "load_checkpoint", "scorer", "no_usable_input",
+           "SUPPORTED_GRAMMARS"]
 
 SUPPORTED_GRAMMARS = READABLE_GRAMMARS  # from logos.language.grammar
 MAX_WHOLE_DRAWS = 16  # default redraws of one sample of a whole-record task (Task.whole_document)
@@ -60,6 +62,7 @@ class GenerateOptions:
     whole_draws: int = MAX_WHOLE_DRAWS  # redraws of a whole-record sample the model would not end there (0: none)
     writer: WriterOptions = field(default_factory=WriterOptions)
     prompts: PromptOptions = field(default_factory=PromptOptions)  # how input lines are read (crystal formulas)
+    limits: InputLimits = field(default_factory=InputLimits)  # --input's records, bounded before a library reads them
 
 
 @dataclass
@@ -158,11 +161,11 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
     writer_cls = writer_for(out)
     echo = [True]  # inputs refused before sampling are also shown (one line each); failed samples only logged
     errors = ErrorLog(errors_path_for(out), echo=lambda line: print(line, file=sys.stderr) if echo[0] else None)
-    prompts = build_prompts(task, Path(inputs) if inputs else None, options.n, errors, options.prompts)
+    prompts = build_prompts(task, Path(inputs) if inputs else None, options.n, errors, options.prompts, options.limits)
     echo[0] = False
     if not prompts:
         errors.close()
-        raise InputError("nothing to generate (no usable input)")
+        raise InputError(no_usable_input(errors))
     model, tok, info = load_checkpoint(checkpoint, options.device)
     vocab_rows = model.get_output_embeddings().weight.shape[0]
     table = TokenTable(tok, vocab_rows)
@@ -235,6 +238,14 @@ def scorer(model, tok, doc_start: int):
             out.append(float(sum(logp[j - 1, ids[j]] for j in range(1 + len(head), len(ids)))))
         return out
     return score
+
+
+def no_usable_input(errors: ErrorLog) -> str:
+    """The message of a run whose input gave no prompt: the first refused record and its reason."""
+    if errors.first is None:
+        return "nothing to generate (no usable input)"
+    more = f" (and {errors.count - 1} more, see {errors.path})" if errors.count > 1 and errors.path else ""
+    return f"nothing to generate: every input record was refused: {errors.first}{more}"
 
 
 def length_budget(task: Task, texts: list[str], rows, asked: int) -> int:

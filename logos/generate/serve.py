@@ -14,24 +14,164 @@ backend, plus two routes added through vLLM's endpoint-plugin interface (entry p
   text, its log-probability, rank and status, and the detokenized file the output format names (``file``:
   CIF, SDF, ... text).
 
+No request can stop the server. The body is read up to ``--max-mb`` (413 beyond), parsed and checked
+field by field on the event loop (400: not JSON or not an object; 422: an unknown field, a wrong type
+or a value out of range, the field named). Everything else a request needs - its input's records,
+bounded before a library sees them by the limits of ``logos tokenize`` (:class:`InputLimits`), the
+prompts, the checks of every finished sample, the files - runs in a process of its own
+(:mod:`logos.generate.serve_work`, forked from a fork server that holds the checkpoint's tokenizer),
+awaited without blocking the event loop; the process asks this one for the engine's outputs, and its
+own work is limited to ``--timeout`` seconds (waits for the engine do not count). A refused input
+is a 422 naming the input and the reason (``input 2: invalid SMILES 'C1CC(': SMILES parse error at
+position 5: syntax error``, ``input 1: space group 999: not in 1-230``), as is a library that crashes
+or stalls on it; at most ``--workers`` requests are worked on at once, the others wait their turn, and
+``/health`` and other requests go on meanwhile. On SIGTERM or Ctrl-C the requests still running are
+cancelled after a few seconds and their processes killed.
+
 The same guarantees as ``logos generate --engine vllm``: the task grammar as a structured output,
 the chemistry and the composition through the logits processor, every row checked again and
 resampled when it fails. A plain ``/v1/completions`` request gets the same constraints when it
 carries the grammar and ``vllm_xargs`` (see the README).
-
-Engine options are passed through: ``--tensor-parallel-size``, ``--data-parallel-size``,
-``--ray-address`` (a Ray cluster for multi-node; on CPU one process), and any other vLLM server flag
-after ``--``.
 """
 
+import json  # (no postponed annotations in this module: FastAPI reads the routes' ``Request`` annotation)
+import math
 import os
-from pathlib import Path
+from dataclasses import asdict
 
-__all__ = ["LogosEndpoints", "DEFAULT_FORMATS"]
+from logos.tasks.prompts import MAX_CELL_ATOMS
+from logos.data.limits import InputLimits
+
+__all__ = ["LogosEndpoints", "DEFAULT_FORMATS", "RequestError", "ServeSettings", "parse_request", "SETTINGS_ENV",
+           "CHECKPOINT_ENV", "MAX_SAMPLES", "SERVE_LIMITS", "INPUT_FORMATS", "FIELDS"]
+
+CHECKPOINT_ENV = "LOGOS_SERVE_CHECKPOINT"  # the checkpoint logos serve serves (read by the routes and the fork server)
+SETTINGS_ENV = "LOGOS_SERVE_SETTINGS"      # the limits and workers of logos serve (JSON of ServeSettings)
+MAX_SAMPLES = 1024  # samples one request may ask for (n, or n per input times the inputs)
+SERVE_LIMITS = {"max_mb": 16.0, "max_records": 64}  # logos serve's defaults where a request differs from a file
 
 DEFAULT_FORMATS = {"molecule": ".smi", "forward": ".rsmi", "retro": ".rsmi", "reaction": ".rsmi",
                    "protein": ".fasta", "antibody": ".fasta", "pocket": ".pocket.json", "ligand": ".sdf",
                    "crystal": ".cif", "mof": ".json"}
+INPUT_FORMATS = (".smi", ".rsmi", ".txt", ".fasta", ".fa", ".faa", ".fas", ".jsonl", ".pdb", ".ent", ".cif", ".mmcif")
+
+# The fields of a /logos/generate body: (type, default, (low, high) or None). Integers are JSON integers
+# (not booleans); numbers are integers or finite floats.
+FIELDS: dict[str, tuple[type, object, tuple | None]] = {
+    "task": (str, "molecule", None),
+    "input": (str, None, None),
+    "input_format": (str, None, None),
+    "format": (str, None, None),
+    "n": (int, 1, (1, MAX_SAMPLES)),
+    "seed": (int, 0, (0, 2**63 - 1)),
+    "temperature": (float, 1.0, (0.0, 100.0)),
+    "top_k": (int, 0, (0, 2**31 - 1)),
+    "top_p": (float, 1.0, (1e-9, 1.0)),
+    "max_new_tokens": (int, 0, (0, 2**31 - 1)),
+    "resamples": (int, 8, (0, 64)),
+    "whole_draws": (int, 16, (0, 64)),
+    "unconstrained": (bool, False, None),
+    "cell_composition": (bool, False, None),
+    "max_cell_atoms": (int, MAX_CELL_ATOMS, (1, 1000)),
+}
+
+
+class RequestError(Exception):
+    """A request answered with ``status`` (4xx: the request's fault) and ``message``; ``refused``: each refused
+    input as ``{"input": N, "reason": ...}``."""
+
+    def __init__(self, status: int, message: str, refused: list | None = None):
+        super().__init__(status, message, refused)
+        self.status, self.message, self.refused = status, message, refused or []
+
+    def payload(self) -> dict:
+        return {"error": self.message, **({"refused": self.refused} if self.refused else {})}
+
+
+class ServeSettings:
+    """What ``logos serve`` passes to its routes: the input limits and the number of request workers."""
+
+    def __init__(self, limits: InputLimits | None = None, workers: int = 16):
+        self.limits, self.workers = limits or InputLimits(), workers
+
+    def to_json(self) -> str:
+        return json.dumps({"limits": asdict(self.limits), "workers": self.workers})
+
+    @classmethod
+    def from_environment(cls) -> "ServeSettings":
+        raw = os.environ.get(SETTINGS_ENV)
+        if not raw:
+            return cls(InputLimits(**SERVE_LIMITS))
+        data = json.loads(raw)
+        return cls(InputLimits(**data["limits"]), int(data["workers"]))
+
+
+# ---------------------------------------------------------------------------------------------- the body
+def _typed(name: str, value, kind: type, bounds: tuple | None):
+    """``value`` checked against the field's type and range; RequestError(422) naming the field."""
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise RequestError(422, f"{name}: expected an integer, got {_shown(value)}")
+    elif kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise RequestError(422, f"{name}: expected a number, got {_shown(value)}")
+        value = float(value)
+    elif not isinstance(value, kind):
+        raise RequestError(422, f"{name}: expected {'a string' if kind is str else 'true or false'}, "
+                                f"got {_shown(value)}")
+    if bounds is not None and not bounds[0] <= value <= bounds[1]:
+        low, high = bounds
+        raise RequestError(422, f"{name} {value}: not in {low:g}..{high:g}" if kind is float else
+                                f"{name} {value}: not in {low}..{high}")
+    return value
+
+
+def _shown(value) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def parse_request(raw: bytes, max_model_len: int | None = None) -> dict:
+    """The fields of a ``/logos/generate`` body, checked (types, ranges, the task, the formats) with defaults filled
+    in; RequestError 400 (not JSON, not an object) or 422 (the field and the reason). The input's records are
+    bounded later, in the request's own process."""
+    from logos.tasks import ALIASES, TASKS, names
+
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise RequestError(400, f"the body is not JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise RequestError(400, f"the body must be a JSON object of fields, not {type(body).__name__} "
+                                f"({', '.join(FIELDS)})")
+    unknown = sorted(set(body) - set(FIELDS))
+    if unknown:
+        raise RequestError(422, f"unknown field {unknown[0]!r} (known: {', '.join(FIELDS)})")
+    req = {}
+    for name, (kind, default, bounds) in FIELDS.items():
+        value = body.get(name)
+        req[name] = default if value is None else _typed(name, value, kind, bounds)
+    tasks = names("generate")
+    task = ALIASES.get(req["task"], req["task"])
+    if task not in tasks or TASKS[task].start is None:
+        raise RequestError(422, f"task {_shown(req['task'])}: not a generation task ({', '.join(tasks)})")
+    req["task"] = task
+    if TASKS[task].conditional and not (req["input"] or "").strip():
+        raise RequestError(422, f"task {task} needs an input (one record per line)")
+    if req["input_format"] is not None and req["input_format"] not in INPUT_FORMATS:
+        raise RequestError(422, f"input_format {_shown(req['input_format'])}: not one of {', '.join(INPUT_FORMATS)}")
+    if req["format"] is not None and not _is_suffix(req["format"]):
+        raise RequestError(422, f"format {_shown(req['format'])}: not an output suffix such as .sdf or .cif")
+    if max_model_len and req["max_new_tokens"] >= max_model_len:
+        raise RequestError(422, f"max_new_tokens {req['max_new_tokens']}: not below the server's --max-model-len "
+                                f"{max_model_len}")
+    return req
+
+
+def _is_suffix(text: str) -> bool:
+    import re
+
+    return re.fullmatch(r"(\.[a-z0-9_]{1,12}){1,3}", text) is not None
 
 
 # ------------------------------------------------------------------------------------------------- the routes
@@ -55,130 +195,92 @@ class LogosEndpoints:
 
         @router.post("/logos/generate")
         async def generate(request: Request):
-            import asyncio
-
-            from logos.util.records import InputError, RecordError
-
-            body = await request.json()
             state = request.app.state
-            loop = asyncio.get_running_loop()
+            if getattr(state, "logos_engine", None) is None:
+                return JSONResponse({"error": "this server has no engine"}, status_code=503)
             try:
-                result = await loop.run_in_executor(None, _generate_request, state.logos_engine, state.logos_checkpoint,
-                                                    body, loop)
-            except (InputError, RecordError, ValueError, KeyError, TypeError) as e:
-                return JSONResponse({"error": str(e)}, status_code=400)
-            return result
+                raw = await _read_body(request, state.logos_settings.limits.max_mb)
+                req = parse_request(raw, state.logos_max_model_len)
+                return await _work(state, req)
+            except RequestError as e:
+                return JSONResponse(e.payload(), status_code=e.status)
 
         app.include_router(router)
 
     async def init_state(self, engine_client, state, args) -> None:
-        from logos.generate.vllm_engine import Checkpoint
+        import asyncio
+        import multiprocessing as mp
+        import multiprocessing.forkserver
 
         state.logos_engine = engine_client
-        state.logos_checkpoint = Checkpoint(Path(os.environ.get("LOGOS_SERVE_CHECKPOINT") or args.model))
+        if engine_client is None:  # a render-only server: the routes answer 503
+            return
+        if not os.environ.get(CHECKPOINT_ENV):
+            os.environ[CHECKPOINT_ENV] = str(args.model)
+        state.logos_checkpoint = os.environ[CHECKPOINT_ENV]
+        state.logos_settings = ServeSettings.from_environment()
+        state.logos_max_model_len = int(getattr(getattr(engine_client, "model_config", None), "max_model_len", 0)
+                                        or getattr(args, "max_model_len", 0) or 0)
+        # Each request's process forks from this server's fork server, which has loaded the request worker and
+        # the checkpoint's tokenizer once (logos.generate.serve_work reads CHECKPOINT_ENV when it is imported).
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["logos.generate.serve_work"])
+        multiprocessing.forkserver.ensure_running()
+        state.logos_ctx = ctx
+        state.logos_slots = asyncio.Semaphore(max(1, state.logos_settings.workers))
 
 
-def _generate_request(engine_client, ck, body: dict, loop) -> dict:
-    """One ``/logos/generate`` request, run in a worker thread: the engine client is driven on the server's loop."""
+async def _read_body(request, max_mb: float) -> bytes:
+    """The body, at most ``max_mb`` megabytes (RequestError 413 beyond, before it is all read)."""
+    cap = int(max_mb * 1e6) if max_mb else None
+    declared = request.headers.get("content-length")
+    if cap is not None and declared is not None and declared.isdigit() and int(declared) > cap:
+        raise RequestError(413, f"the body is {int(declared) / 1e6:,.1f} MB, more than --max-mb {max_mb:g}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if cap is not None and size > cap:
+            raise RequestError(413, f"the body is more than --max-mb {max_mb:g} MB")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _work(state, req: dict) -> dict:
+    """The request's own work in an isolated process (:mod:`logos.generate.serve_work`), the engine driven here."""
+    from logos.util.isolate import IsolatedFailure, call_isolated
+
+    settings = state.logos_settings
+    async with state.logos_slots:  # at most --workers requests at work; the others wait here
+        try:
+            return await call_isolated("logos.generate.serve_work:handle", req, settings.limits,
+                                       state.logos_max_model_len, state.logos_checkpoint, ctx=state.logos_ctx,
+                                       timeout=settings.limits.timeout,
+                                       answer=lambda message: _engine(state.logos_engine, message))
+        except IsolatedFailure as e:
+            if e.stage and e.stage.startswith("input "):  # a library crashed or stalled on this input record
+                raise RequestError(422, f"{e.stage}: refused: {e.reason} while it was read (--timeout "
+                                        f"{settings.limits.timeout:g})",
+                                   [{"input": int(e.stage.split()[1]), "reason": e.reason}]) from None
+            raise RequestError(500, f"the request's work {e.reason} while {e.stage or 'starting'}") from None
+
+
+async def _engine(engine_client, message) -> list:
+    """The engine's final output of each ``(request, sampling params)`` the request's process asked for."""
     import asyncio
-    import tempfile
     import uuid
 
-    from logos.domains import writer_for
-    from logos.domains.base import WriterOptions
-    from logos.generate.pipeline import GenerateOptions, finish
-    from logos.decoding.sampler import Sampling
-    from logos.generate.vllm_engine import sample_jobs
-    from logos.tasks import get
-    from logos.tasks.prompts import MAX_CELL_ATOMS, PromptOptions, build_prompts, choose_alternatives
-    from logos.util.records import ErrorLog, InputError
+    requests, params = message
 
-    task = get(str(body.get("task", "molecule")), "generate")
-    n = int(body.get("n", 1))
-    if not 1 <= n <= 1024:
-        raise InputError("n must be in 1..1024")
-    sampling = Sampling(temperature=float(body.get("temperature", 1.0)), top_k=int(body.get("top_k", 0)),
-                        top_p=float(body.get("top_p", 1.0)), max_new_tokens=int(body.get("max_new_tokens", 0)))
-    options = GenerateOptions(task=task.name, n=n, sampling=sampling, seed=int(body.get("seed", 0)),
-                              constrained=not body.get("unconstrained", False),
-                              resamples=int(body.get("resamples", GenerateOptions.resamples)),
-                              whole_draws=int(body.get("whole_draws", GenerateOptions.whole_draws)))
-    suffix = str(body.get("format") or DEFAULT_FORMATS.get(task.name, ".json"))
-
-    async def one(req, params):
+    async def one(req, p):
         final = None
-        async for out in engine_client.generate(req, params, request_id=f"logos-{uuid.uuid4().hex}"):
+        async for out in engine_client.generate(req, p, request_id=f"logos-{uuid.uuid4().hex}"):
             final = out
         return final
 
-    async def every(requests, params):
-        return await asyncio.gather(*(one(r, p) for r, p in zip(requests, params)))
-
-    def run(requests, params):  # from this worker thread, on the server's event loop
-        return asyncio.run_coroutine_threadsafe(every(requests, params), loop).result()
-
-    with tempfile.TemporaryDirectory(prefix="logos-serve-") as tmp:
-        inputs = None
-        if body.get("input"):
-            name = "input" + str(body.get("input_format") or _input_suffix(task.name))
-            inputs = Path(tmp) / name
-            inputs.write_text(str(body["input"]).rstrip("\n") + "\n")
-        out = Path(tmp) / f"out{suffix}"
-        errors = ErrorLog(Path(tmp) / "errors.jsonl", echo=lambda line: None)
-        reading = PromptOptions(cell_composition=bool(body.get("cell_composition", False)),
-                                max_cell_atoms=int(body.get("max_cell_atoms", MAX_CELL_ATOMS)))
-        prompts = build_prompts(task, inputs, n, errors, reading)
-        if not prompts:
-            raise InputError("nothing to generate (no usable input)")
-        prompts = choose_alternatives(prompts, ck.scorer(run), options.seed)  # a crystal's cell, as logos generate
-        ck_jobs = ck.jobs(task, prompts, sampling.max_new_tokens, options.constrained)
-        res = sample_jobs(run, ck, task, ck_jobs, options)
-        ranked = finish(task, res.samples, out, writer_for(out), WriterOptions(), errors)
-        errors.close()
-        files = _split_files(out, suffix, ranked)
-        error_lines = (Path(tmp) / "errors.jsonl").read_text().splitlines() if (Path(tmp) / "errors.jsonl").exists() \
-            else []
-    rank: dict[str, int] = {}
-    samples = []
-    for s in ranked:
-        rank[s.input_id] = rank.get(s.input_id, 0) + 1
-        ident = f"{s.input_id}#{rank[s.input_id]}"
-        samples.append({"id": s.input_id, "rank": rank[s.input_id], "text": s.text, "logprob": round(s.logprob, 4),
-                        "status": s.status, "written": s.written, "file": files.get(ident)})
-    return {"task": task.name, "format": suffix, "samples": samples, "resampled": res.resampled,
-            "errors": error_lines}
-
-
-def _input_suffix(task: str) -> str:
-    return {"pocket": ".fasta", "ligand": ".jsonl", "forward": ".smi", "retro": ".smi", "reaction": ".smi"}.get(
-        task, ".txt")
-
-
-def _split_files(out: Path, suffix: str, ranked) -> dict[str, str]:
-    """The written file cut per sample where the format has records (CIF data blocks, SDF molecules, JSON lines);
-    otherwise the whole file under every written sample's id."""
-    if suffix == ".cif":  # one CIF per crystal, in the folder named after the output
-        out = out.with_suffix("")
-    if not out.exists():
-        return {}
-    ids, rank = [], {}
-    for s in ranked:
-        rank[s.input_id] = rank.get(s.input_id, 0) + 1
-        if s.written:
-            ids.append(f"{s.input_id}#{rank[s.input_id]}")
-    if out.is_dir():  # one file per sample (CIF), in the order written
-        files = sorted(p for p in out.iterdir() if p.is_file())
-        return dict(zip(ids, (p.read_text() for p in files))) if len(files) == len(ids) else {}
-    text = out.read_text()
-    parts: list[str]
-    if suffix == ".cif":
-        import re
-
-        parts = [p for p in re.split(r"(?m)^(?=data_)", text) if p.strip()]
-    elif suffix == ".sdf":
-        parts = [p + "$$$$\n" for p in text.split("$$$$\n") if p.strip()]
-    else:
-        parts = [line + "\n" for line in text.splitlines() if line.strip() and not line.startswith("#")]
-    if len(parts) == len(ids):
-        return dict(zip(ids, parts))
-    return {i: text for i in ids}
+    try:
+        return list(await asyncio.gather(*(one(r, p) for r, p in zip(requests, params))))
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:  # noqa: BLE001 - told to the request's process as one line it can carry back
+        raise RequestError(503 if "dead" in type(e).__name__.lower() else 500,
+                           f"the engine refused the request: {type(e).__name__}: {e}") from None

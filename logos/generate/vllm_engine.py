@@ -706,7 +706,7 @@ def generate_vllm(checkpoint: Path, out: Path, options, inputs: Path | None = No
     :func:`make_llm` to reuse (its checkpoint must be ``checkpoint``)."""
     from logos.domains import writer_for
     from logos.decoding.sampler import StepStats
-    from logos.generate.pipeline import GenerateResult, finish
+    from logos.generate.pipeline import GenerateResult, finish, no_usable_input
     from logos.tasks import get
     from logos.tasks.prompts import build_prompts, choose_alternatives
     from logos.util.records import ErrorLog, InputError, errors_path_for
@@ -719,10 +719,11 @@ def generate_vllm(checkpoint: Path, out: Path, options, inputs: Path | None = No
     if options.device not in ("cpu", "auto") and not options.device.startswith("cuda"):
         raise InputError(f"--engine vllm runs on cpu or cuda, not {options.device}")
     errors = ErrorLog(errors_path_for(out), echo=lambda line: None)
-    prompts = build_prompts(task, Path(inputs) if inputs else None, options.n, errors, options.prompts)
+    prompts = build_prompts(task, Path(inputs) if inputs else None, options.n, errors, options.prompts,
+                            limits=options.limits)
     if not prompts:
         errors.close()
-        raise InputError("nothing to generate (no usable input)")
+        raise InputError(no_usable_input(errors))
     jobs = ck.jobs(task, prompts, options.sampling.max_new_tokens, options.constrained)
     own = llm is None
     if own:

@@ -128,7 +128,14 @@ def _python_grammar() -> tuple[str, dict[str, str]]:
 
 @functools.lru_cache(maxsize=1)
 def _parser() -> lark.Lark:
-    return lark.Lark(_python_grammar()[0], start="start", parser="lalr", lexer="contextual")
+    # With interegular installed (vLLM depends on it), lark compares the regexes of every pair of terminals while it
+    # builds the contextual lexer, to warn of collisions: minutes for this grammar, for a warning. Not at run time.
+    checks = lark.lexer.has_interegular
+    lark.lexer.has_interegular = False
+    try:
+        return lark.Lark(_python_grammar()[0], start="start", parser="lalr", lexer="contextual")
+    finally:
+        lark.lexer.has_interegular = checks
 
 
 def _describe(expected) -> str:

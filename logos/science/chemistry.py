@@ -14,6 +14,7 @@ RDKit's most specific reason ("unclosed ring", "Explicit valence ...") instead o
 from __future__ import annotations
 
 import logging
+import re
 
 from rdkit import Chem, rdBase
 
@@ -47,11 +48,22 @@ _rdlog.propagate = False
 _rdlog.setLevel(logging.WARNING)  # mol-block problems are logged as warnings
 
 
+_PARSE_ERROR = re.compile(r"SMILES Parse Error: (.+?)(?: while parsing:| for input:)")
+_POSITION = re.compile(r"check for mistakes around position (\d+)")
+
+
 def _reason(default: str) -> str:
     lines = [l.strip() for l in _captured.lines if l.strip()]
     _captured.lines.clear()
-    # RDKit's first line is the most specific ("unclosed ring", "Explicit valence ...").
-    return lines[0] if lines else default
+    if not lines:
+        return default
+    # RDKit's first line is the most specific ("unclosed ring", "Explicit valence ..."); a parse error is told
+    # with the position RDKit points at ("SMILES parse error at position 5: syntax error").
+    what = _PARSE_ERROR.match(lines[0])
+    if what:
+        where = next((m.group(1) for m in map(_POSITION.search, lines) if m), None)
+        return f"SMILES parse error{f' at position {where}' if where else ''}: {what.group(1)}"
+    return lines[0]
 
 
 def parse_smiles(smiles: str) -> Chem.Mol:

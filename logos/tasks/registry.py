@@ -45,10 +45,10 @@ JOBS = ("generate", "finetune", "evaluate")
 # -- behaviour, imported on first use ---------------------------------------------------------------------------
 
 def _prompts(name: str, *args):
-    def build(task: "Task", inputs: Path | None, n: int, errors, options=None):
+    def build(task: "Task", inputs: Path | None, n: int, errors, **bounds):
         from logos.tasks import prompts
 
-        return getattr(prompts, name)(task, inputs, n, errors, *args, options=options)
+        return getattr(prompts, name)(task, inputs, n, errors, *args, **bounds)
     build.__name__ = name
     return build
 
@@ -120,8 +120,8 @@ class Task:
     budget: int = 96
     """Default length budget (new tokens)."""
     prompts: Callable | None = None
-    """``(task, inputs, n, errors, options) -> [(Prompt, samples)]`` (options: a
-    :class:`~logos.tasks.prompts.PromptOptions` or None)."""
+    """``(task, inputs, n, errors, limits=, workers=, on_record=, options=) -> [(Prompt, samples)]``
+    (:func:`logos.tasks.prompts.build_prompts`; options: a :class:`~logos.tasks.prompts.PromptOptions` or None)."""
     rows: Callable | None = None
     """``(token table, prompt texts, prompt choices) -> [row constraint]`` (:mod:`logos.decoding.rows`), one per
     prompt: chemistry of molecule spans, a crystal's composition, a copied sequence. The choices are each prompt's

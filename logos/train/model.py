@@ -87,20 +87,60 @@ def vocab_of(recipe: Recipe) -> tuple[int, str]:
 
 
 def describe(recipe: Recipe) -> str:
-    """Resolved config and parameter count (``--dry-run``); builds the model on the meta device."""
+    """Resolved config and parameter count (``--dry-run``), the model built on the meta device: the recipe's shape,
+    or with ``train.init_from`` the base checkpoint's with the grammar symbols added; with a ``lora`` section also
+    the parameters that train."""
+    import warnings
+
     import yaml
     from transformers import AutoModelForCausalLM
 
     from logos.train.engine import ds_config
 
-    vocab, source = vocab_of(recipe)
-    cfg = recipe.model.hf_config(padded_vocab(vocab))
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(cfg)
+    if recipe.train.init_from:
+        from transformers import AutoConfig
+
+        from logos.language.extend import PAD_MULTIPLE, grammar_tokenizer
+
+        base = Path(recipe.train.init_from)
+        if not (base / "config.json").exists():
+            raise ConfigError(f"train.init_from: {base} is not a Hugging Face checkpoint directory (no config.json)")
+        tokenizer = grammar_tokenizer(base)
+        vocab, source = len(tokenizer), f"{base} with the grammar symbols"
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(base), trust_remote_code=False))
+        model.resize_token_embeddings(vocab, pad_to_multiple_of=PAD_MULTIPLE, mean_resizing=False)
+    else:
+        vocab, source = vocab_of(recipe)
+        tokenizer = None
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(recipe.model.hf_config(padded_vocab(vocab)))
     n = sum(p.numel() for p in model.parameters())
     emb = model.get_input_embeddings().weight.numel()
-    return "\n".join([yaml.safe_dump(recipe.to_dict(), sort_keys=False).rstrip(),
-                      f"# vocabulary: {vocab} from {source}, padded to {padded_vocab(vocab)}",
-                      f"# architecture: {type(model).__name__}",
-                      f"# parameters: {n:,} ({n / 1e6:.2f}M; {n - emb:,} without the embedding)",
-                      f"# deepspeed (1 process on this machine): {json.dumps(ds_config(recipe, 1))}"])
+    lines = [yaml.safe_dump(recipe.to_dict(), sort_keys=False).rstrip(),
+             f"# vocabulary: {vocab} from {source}, padded to {padded_vocab(vocab)}",
+             f"# architecture: {type(model).__name__}",
+             f"# parameters: {n:,} ({n / 1e6:.2f}M; {n - emb:,} without the embedding)"]
+    if recipe.lora is not None:
+        from logos.language.grammar import special_tokens
+        from logos.train.lora import apply_lora
+
+        if tokenizer is None:
+            from transformers import AutoTokenizer
+
+            from logos.util.resources import ResourceNotFound, resolve
+
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(str(resolve(recipe.train.tokenizer)))
+            except ResourceNotFound:
+                tokenizer = None
+        ids = [] if tokenizer is None else [i for i in tokenizer.convert_tokens_to_ids(special_tokens())
+                                            if i is not None and i != tokenizer.unk_token_id]
+        with warnings.catch_warnings():  # peft asks a deprecated transformers property
+            warnings.simplefilter("ignore", FutureWarning)
+            wrapped = apply_lora(model, recipe.lora.rank, recipe.lora.alpha, recipe.lora.dropout, ids)
+        trainable = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
+        lines.append(f"# trainable with LoRA rank {recipe.lora.rank}: {trainable:,} ({trainable / 1e6:.2f}M: the "
+                     f"adapters and {len(set(ids))} grammar-symbol rows)")
+    lines.append(f"# deepspeed (1 process on this machine): {json.dumps(ds_config(recipe, 1))}")
+    return "\n".join(lines)

@@ -21,11 +21,19 @@ knows which record a worker is on without any message per record. Workers die wi
 
 ``workers=0`` runs the function in this process (no isolation: for debugging and for measuring
 the encoders alone).
+
+:func:`call_isolated` is the same protection for one call made from an event loop (a server's
+request): the call runs in a fresh process while the loop goes on serving; the process may ask the
+caller for work (the caller's engine, say) through its :class:`Channel`, and its clock stops while
+it waits for the answer, so the time limit bounds its own work only. A crash or a stall raises
+:class:`IsolatedFailure` naming the stage the process had reached (``Channel.stage``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing as mp
+import os
 import signal
 import time
 from collections import deque
@@ -33,9 +41,10 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any, Callable, Iterable, Iterator
 
-__all__ = ["Failure", "imap_isolated"]
+__all__ = ["Failure", "imap_isolated", "Channel", "IsolatedFailure", "call_isolated"]
 
 PARTIAL_AFTER = 0.25  # seconds: a batch still running sends the results it has (bounds what a kill loses)
+STARTUP = 120.0  # seconds an isolated call may take to start (fork, imports) before its own time limit counts
 
 
 @dataclass(frozen=True)
@@ -234,3 +243,129 @@ def imap_isolated(items: Iterable[Any], func: Callable[[Any], Any], *, workers: 
         for s in slots:
             s.stop(kill=s.task is not None)
 
+
+
+# ------------------------------------------------------------------------------------------- one call, from a loop
+class Channel:
+    """The isolated process's line to its caller (:func:`call_isolated`): ``ask`` for work the caller does,
+    ``stage`` to say what it is doing (named when it fails there)."""
+
+    def __init__(self, conn):
+        self._conn = conn
+
+    def ask(self, message: Any) -> Any:
+        """The caller's answer to ``message`` (the caller's ``answer(message)``); this process's clock is stopped
+        meanwhile."""
+        self._conn.send(("ask", message))
+        kind, value = self._conn.recv()
+        if kind == "raise":
+            raise value
+        return value
+
+    def stage(self, text: str) -> None:
+        self._conn.send(("stage", text))
+
+
+class IsolatedFailure(RuntimeError):
+    """An isolated call that crashed, ran past its time limit or raised something that cannot travel back.
+    ``stage``: the last stage it named (``Channel.stage``), None before the first."""
+
+    def __init__(self, reason: str, stage: str | None):
+        super().__init__(reason)
+        self.reason, self.stage = reason, stage
+
+
+def _call_entry(conn, func: Callable | str, args: tuple) -> None:
+    """The isolated process: ``func(channel, *args)``, its result or its exception sent back."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle
+    _die_with_parent()
+    try:
+        if isinstance(func, str):  # "module:name", imported here (the caller need not import it)
+            import importlib
+
+            module, _, name = func.partition(":")
+            func = getattr(importlib.import_module(module), name)
+        conn.send(("ready", None))  # the time limit starts now
+        result = ("done", func(Channel(conn), *args))
+    except BaseException as e:  # noqa: BLE001 - every outcome goes back to the caller
+        result = ("raised", e)
+    try:
+        conn.send(result)
+    except Exception as e:  # noqa: BLE001 - an exception or result that does not pickle
+        conn.send(("raised", RuntimeError(f"{type(result[1]).__name__}: {result[1]} ({e})")))
+    conn.close()
+
+
+async def call_isolated(func: Callable | str, *args: Any, ctx=None, timeout: float = 0.0,
+                        answer: Callable[[Any], Any] | None = None) -> Any:
+    """``func(channel, *args)`` in a fresh process of the multiprocessing context ``ctx`` (default: forkserver;
+    ``func`` and ``args`` must pickle; ``func`` may be ``"module:name"``, imported in the process only), awaited
+    without blocking the event loop.
+
+    ``await answer(message)`` answers each ``channel.ask(message)`` (an exception it raises is raised in the
+    process). ``timeout``: seconds the process may work, not counting its start (imports: at most ``STARTUP``
+    seconds) and its waits for answers (0: no limit). Its
+    exception is raised here; a crash, a stall past ``timeout`` or a cancellation kills the process (a
+    crash and a stall raise :class:`IsolatedFailure`).
+    """
+    loop = asyncio.get_running_loop()
+    ctx = ctx or mp.get_context("forkserver")
+    conn, child = ctx.Pipe()
+    proc = ctx.Process(target=_call_entry, args=(child, func, args), daemon=True)
+    proc.start()
+    child.close()
+    stage: str | None = None
+    used = 0.0
+    ready = False  # the process has imported what it runs: its time limit counts from here
+
+    def wake(fut: asyncio.Future) -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    try:
+        while True:
+            woken = loop.create_future()
+            loop.add_reader(conn.fileno(), wake, woken)
+            loop.add_reader(proc.sentinel, wake, woken)
+            started = time.monotonic()
+            limit = (timeout - used if ready else STARTUP) if timeout else None
+            try:
+                await asyncio.wait_for(woken, limit)
+            except asyncio.TimeoutError:
+                raise IsolatedFailure(f"timed out after {timeout:g} s" if ready else
+                                      f"did not start within {STARTUP:g} s", stage) from None
+            finally:
+                loop.remove_reader(conn.fileno())
+                loop.remove_reader(proc.sentinel)
+                for fd in (conn.fileno(), proc.sentinel):  # uvloop leaves them non-blocking: the pipe's
+                    os.set_blocking(fd, True)             # reads and writes below expect whole messages
+                if ready:
+                    used += time.monotonic() - started
+            if not conn.poll():
+                proc.join(1)
+                raise IsolatedFailure(f"the worker process {_death(proc)}", stage)
+            try:
+                kind, value = conn.recv()
+            except (EOFError, OSError):
+                proc.join(1)
+                raise IsolatedFailure(f"the worker process {_death(proc)}", stage) from None
+            if kind == "ready":
+                ready = True
+            elif kind == "stage":
+                stage = value
+            elif kind == "ask":
+                try:
+                    reply = ("answer", await answer(value)) if answer is not None else \
+                        ("raise", RuntimeError("nothing answers this process's questions"))
+                except Exception as e:  # noqa: BLE001 - raised in the process, which decides
+                    reply = ("raise", e)
+                conn.send(reply)
+            elif kind == "done":
+                return value
+            else:
+                raise value
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        proc.join(5)
+        conn.close()

@@ -109,6 +109,7 @@ class ErrorLog:
     def __init__(self, path: Path | None, echo=None):
         self.path = path
         self.count = 0
+        self.first: str | None = None  # the first line added (``source: reason``)
         self._fh: IO[str] | None = None
         self._echo = echo or (lambda line: print(line, file=sys.stderr))
 
@@ -116,6 +117,8 @@ class ErrorLog:
         reason = bounded(reason)
         source = str(source) if len(str(source)) <= 300 else str(source)[:297] + "..."
         self.count += 1
+        if self.first is None:
+            self.first = f"{source}: {reason}"
         self._echo(f"{source}: {reason}")
         if self.path is not None:
             if self._fh is None:
