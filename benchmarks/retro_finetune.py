@@ -93,8 +93,10 @@ def subset(reference: Path, work: Path, items: int, seed: int) -> tuple[Path, Pa
     return reference, products, len(reactions)
 
 
-def logos(*args) -> None:
-    subprocess.run([sys.executable, "-m", "logos.cli", *map(str, args)], check=True, cwd=REPO)
+def logos(*args, ok: tuple[int, ...] = (0,)) -> None:
+    code = subprocess.run([sys.executable, "-m", "logos.cli", *map(str, args)], cwd=REPO).returncode
+    if code not in ok:
+        raise SystemExit(f"retro_finetune: logos {args[0]} exited with status {code}")
 
 
 def score(checkpoint: Path, reference: Path, work: Path, samples: int, items: int, seed: int,
@@ -107,7 +109,8 @@ def score(checkpoint: Path, reference: Path, work: Path, samples: int, items: in
     reference, products, n = subset(reference, work, items, seed)
     t = time.perf_counter()
     logos("generate", "--checkpoint", checkpoint, "--task", "retro", "--input", products,
-          "-n", samples, "--batch-size", 64, "--seed", seed, "--temperature", temperature, "-o", work / "routes.rsmi")
+          "-n", samples, "--batch-size", 64, "--seed", seed, "--temperature", temperature, "-o", work / "routes.rsmi",
+          ok=(0, 1))  # 1: some samples failed their checks (logged), the others are written
     seconds = time.perf_counter() - t
     predictions = work / "routes.samples.jsonl"
     if keep:  # the `keep` most likely distinct answers of each product (the file is ranked per input)
