@@ -43,7 +43,8 @@ from logos.science.materials.validity import cdvae_compositional_validity, check
 from logos.util.records import InputError, RecordError
 
 __all__ = ["CrystalOptions", "Item", "SCHEMA_VERSION", "DEFINITIONS", "CSP_TOLERANCES", "read_items", "load_set",
-           "to_structure", "evaluate", "evaluate_csp", "contamination"]
+           "to_structure", "composition_of", "formula_of", "known_structures", "evaluate", "evaluate_csp",
+           "contamination"]
 
 SCHEMA_VERSION = 1
 CSP_TOLERANCES = {"stol": 0.5, "angle_tol": 10, "ltol": 0.3}
@@ -181,15 +182,21 @@ def _matcher(**kw):
     return StructureMatcher(**kw)
 
 
-def _formula(item: Item) -> str:
-    """The reduced formula of an item, from its species (no pymatgen Structure built)."""
+def composition_of(item: Item):
+    """The cell composition of an item (a pymatgen ``Composition``), from its species (no Structure built)."""
     from pymatgen.core import Composition
 
     counts: dict[str, float] = defaultdict(float)
     for sp in item.species:
         for el, occ in (sp.items() if isinstance(sp, dict) else [(sp, 1.0)]):
             counts[el] += occ
-    return Composition(counts).reduced_formula
+    return Composition(counts)
+
+
+def formula_of(item: Item) -> str:
+    """The reduced formula of an item."""
+    return composition_of(item).reduced_formula
+
 
 
 class _Comparer:
@@ -225,7 +232,7 @@ class _Comparer:
         queries = [self.key_and_reduced(s) for s in structures]
         formulas = {k[0] for k, _ in queries}
         pool: dict[tuple[str, int], list] = defaultdict(list)
-        wanted = [t for t in corpus if _formula(t) in formulas]
+        wanted = [t for t in corpus if formula_of(t) in formulas]
         for t in ref.progress(wanted, len(wanted), "training structures of the same formulas", None):
             key, r = self.key_and_reduced(to_structure(t))
             pool[key].append(r)
@@ -299,6 +306,17 @@ def evaluate_csp(candidates: list[Item], reference: list[Item], options: Crystal
         m[f"match_rate@{n}"] = len(hit) / len(reference) if reference else None
         m[f"rmse@{n}"] = float(np.mean(hit)) if hit else None
     return m
+
+
+def known_structures(structures: list[Item], corpus: list[Item]) -> tuple[list[bool], list[bool]]:
+    """For each structure, whether it is the first of its class among ``structures`` (unique) and whether it
+    matches no structure of ``corpus`` (novel), by ``StructureMatcher`` with default tolerances."""
+    warnings.filterwarnings("ignore", module="pymatgen")
+    compare = _Comparer(_matcher())
+    built = [to_structure(s) for s in structures]
+    firsts = set(compare.distinct(built)) if built else set()
+    seen = compare.found_in(built, corpus) if built and corpus else [False] * len(built)
+    return [i in firsts for i in range(len(built))], [not x for x in seen]
 
 
 def contamination(reference: list[Item], train: list[Item]) -> int:
