@@ -162,3 +162,35 @@ def test_stability_flag_is_refused_for_other_tasks(tmp_path, capsys):
                  "--stability"]) == 2
     assert "--stability goes with" in capsys.readouterr().err
 
+
+
+def test_generated_cifs_are_relaxed_beside_them(scored, cache, tmp_path):
+    """What ``logos generate --task crystal --relax`` does after writing ``OUT/``: ``OUT.relaxed/`` with the same
+    file names, a table of energies and RMSD, and one error line per CIF that could not be relaxed."""
+    from pymatgen.core import Structure
+
+    from logos.evaluate.stability import RelaxOptions, relax_cif_output
+    from logos.util.records import ErrorLog
+
+    folder = tmp_path / "crystal"
+    folder.mkdir()
+    (folder / "000001_HgS_1.cif").write_text(MP[0].read_text())
+    (folder / "000002_bad_1.cif").write_text(BROKEN.read_text())
+    errors = ErrorLog(tmp_path / "crystal.relaxed.errors.jsonl", echo=lambda line: None)
+    summary = relax_cif_output(tmp_path / "crystal.cif", RelaxOptions(**OPTIONS), errors)
+    errors.close()
+    assert summary["structures"] == 2 and summary["relaxed"] == 1 and summary["converged"] == 1
+    assert sorted(p.name for p in (tmp_path / "crystal.relaxed").iterdir()) == ["000001_HgS_1.cif"]
+    relaxed = Structure.from_file(tmp_path / "crystal.relaxed" / "000001_HgS_1.cif")
+    assert relaxed.composition.reduced_formula == "HgS" and len(relaxed) == 6
+    rows = [json.loads(x) for x in (tmp_path / "crystal.relaxed.jsonl").read_text().splitlines()]
+    assert [r["file"] for r in rows] == ["000001_HgS_1.cif", "000002_bad_1.cif"]
+    assert rows[0]["rmsd"] < 0.1 and "error" in rows[1]
+    assert len((tmp_path / "crystal.relaxed.errors.jsonl").read_text().splitlines()) == 1
+
+
+def test_relax_flag_needs_a_crystal_task_and_a_cif_output(tmp_path, capsys):
+    from logos.cli import main
+
+    assert main(["generate", "--task", "molecule", "-n", "1", "-o", str(tmp_path / "m.smi"), "--relax"]) == 2
+    assert "--relax goes with --task crystal" in capsys.readouterr().err

@@ -301,7 +301,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     doc = run(args.task, Path(args.predictions), Path(args.output), references=args.references, train=args.train,
               options=EvaluateOptions(fcd=args.fcd, vina=args.vina, limit=args.limit, train_as_given=args.train_as_given,
-                                      workers=args.workers, stability=args.stability, relax=_relax_options(args),
+                                      workers=args.workers, scaffold_references=args.scaffold_references,
+                                      stability=args.stability, relax=_relax_options(args),
                                       stability_ranks=args.stability_ranks))
     shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in doc["metrics"].items()
                       if v is not None and not isinstance(v, list))
@@ -548,6 +549,9 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
                                                                      "pyhmmer-proteins)")
     p.add_argument("--train", metavar="FILE|DIR|DATASET", help="the model's training corpus: novelty, identity, and "
                                                                "contamination (test items found in it)")
+    p.add_argument("--scaffold-references", metavar="FILE|DATASET",
+                   help="molecule: MOSES's scaffold-split test set for SNN/Frag/Scaf TestSF (default with the default "
+                        "references: moses-test-scaffolds)")
     p.add_argument("-o", "--output", required=True, metavar="REPORT_DIR")
     p.add_argument("--fcd", action="store_true", help="molecule: Frechet ChemNet Distance (pip install 'logos[fcd]')")
     p.add_argument("--vina", action="store_true", help="ligand: Vina scores (pip install 'logos[docking]')")

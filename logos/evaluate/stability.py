@@ -536,4 +536,4 @@ def relax_cif_output(out: Path, options: RelaxOptions = RelaxOptions(), errors: 
     rmsds = [r["rmsd"] for r in ok if r["rmsd"] is not None]
     return {"structures": len(rows), "relaxed": len(ok), "converged": sum(r["converged"] for r in ok),
             "e_drop": sum(drops) / len(drops) if drops else None, "rmsd": sum(rmsds) / len(rmsds) if rmsds else None,
-            "folder": str(target_dir if folder.is_dir() else multi), "table": str(table), **counts}
+            "folder": str(target_dir if folder.is_dir() else multi), "table": str(table), "relaxations": counts}
