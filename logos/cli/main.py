@@ -299,9 +299,13 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if args.stability and args.task not in ("crystal", "csp"):
         print("logos evaluate: --stability goes with --task crystal or csp", file=sys.stderr)
         return EXIT_USAGE
+    if args.coverage and args.task != "crystal":
+        print("logos evaluate: --coverage goes with --task crystal", file=sys.stderr)
+        return EXIT_USAGE
     doc = run(args.task, Path(args.predictions), Path(args.output), references=args.references, train=args.train,
               options=EvaluateOptions(fcd=args.fcd, vina=args.vina, limit=args.limit, train_as_given=args.train_as_given,
                                       workers=args.workers, scaffold_references=args.scaffold_references,
+                                      coverage=args.coverage, cov_cutoffs=tuple(args.cov_cutoffs),
                                       stability=args.stability, relax=_relax_options(args),
                                       stability_ranks=args.stability_ranks))
     shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in doc["metrics"].items()
@@ -560,6 +564,11 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
                                                               "similarity; --stability: relaxation processes")
     p.add_argument("--train-as-given", action="store_true",
                    help="molecule: novelty against the training SMILES as stored (MOSES), without canonicalizing them")
+    p.add_argument("--coverage", action="store_true",
+                   help="crystal: CDVAE COV-R/COV-P against --references (CrystalNN and Magpie fingerprints, ~30 ms "
+                        "per site; the reference's are computed once and cached)")
+    p.add_argument("--cov-cutoffs", type=float, nargs=2, default=[0.4, 10.0], metavar=("STRUCT", "COMP"),
+                   help="--coverage: fingerprint distance cutoffs (CDVAE: MP-20 0.4 10; Perov-5, Carbon-24 0.2 4)")
     p.add_argument("--stability", action="store_true",
                    help="crystal, csp: relax each structure with the CHGNet potential (pip install 'logos[stability]'): "
                         "energies, RMSD, energy above the hull of known phases, stable/metastable/S.U.N. rates")

@@ -26,6 +26,7 @@ __all__ = ["EvaluateOptions", "TASKS", "DEFAULT_REFERENCES", "run"]
 
 TASKS = tuple(names("evaluate", aliases=False))  # the registry's tasks that this module scores
 DEFAULT_REFERENCES = {name: TASKS_BY_NAME[name].reference for name in TASKS if TASKS_BY_NAME[name].reference}
+SCAFFOLD_REFERENCE = "moses-test-scaffolds"  # the *_testsf similarities, with the default molecule reference
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,9 @@ class EvaluateOptions:
     fcd_sample: int = 10_000
     property_sample: int = 10_000
     workers: int = 1  # molecule: processes for filters and properties; crystal/csp stability: relaxation workers
+    scaffold_references: str | Path | None = None  # molecule: MOSES's scaffold-split test set (*_testsf metrics)
+    coverage: bool = False  # crystal: CDVAE COV-R/COV-P against the reference (matminer fingerprints, cached)
+    cov_cutoffs: tuple[float, float] = crystals.COV_CUTOFFS  # structure, composition fingerprint cutoffs
     stability: bool = False  # crystal, csp: relax with an ML potential, energy above the hull, S.U.N. (logos[stability])
     relax: RelaxOptions = RelaxOptions()  # the relaxation's bounds (its workers: ``workers``)
     stability_ranks: int = 1  # csp: the first N candidates of each composition are relaxed
@@ -46,7 +50,10 @@ def _molecule(pred, refs, train, opt, out):
     mo = molecules.MoleculeOptions(fcd=opt.fcd, fcd_sample=opt.fcd_sample, property_sample=opt.property_sample,
                                    train_as_given=opt.train_as_given, workers=opt.workers)
     details: dict = {}
-    m = molecules.evaluate(molecules.read_molecules(pred), refs, train, mo, details)
+    scaffolds = opt.scaffold_references
+    if scaffolds is None and refs is not None and str(refs) == DEFAULT_REFERENCES.get("molecule"):
+        scaffolds = SCAFFOLD_REFERENCE  # MOSES's scaffold-split test set goes with its test set
+    m = molecules.evaluate(molecules.read_molecules(pred), refs, train, mo, details, scaffolds=scaffolds)
     rep = Report("molecule", molecules.SCHEMA_VERSION, m, molecules.DEFINITIONS, seconds=details["seconds"])
     if molecules.ranked_by_likelihood(pred):
         warning = (f"{pred}: samples are sorted by likelihood (its .samples.jsonl), so unique@k over the first k "
@@ -55,6 +62,8 @@ def _molecule(pred, refs, train, opt, out):
         rep.notes.append(warning)
     if 0 < details["n_valid"] < 10_000:
         rep.notes.append(f"unique@10000 is over the {details['n_valid']:,} valid samples available (MOSES warns the same)")
+    if scaffolds is not None:
+        rep.inputs["scaffold_references"] = str(ref.resolve_reference(scaffolds))
     if train is not None and opt.train_as_given:
         rep.notes.append("novelty against the training SMILES as stored (MOSES's definition), not re-canonicalized")
     return rep, molecules.figures(details)
@@ -114,7 +123,16 @@ def _crystal(pred, refs, train, opt, out):
     m = crystals.evaluate(items, reference, trainset)
     if reference is not None and trainset is not None:
         m["test_in_train"] = crystals.contamination(reference, trainset)
+    if opt.coverage:
+        if reference is None:
+            raise InputError("--coverage needs --references (the set generated crystals should cover)")
+        m.update(crystals.coverage(crystals.fingerprints(items, opt.workers),
+                                   crystals.reference_fingerprints(refs, reference, opt.workers), opt.cov_cutoffs))
     report = Report("crystal", crystals.SCHEMA_VERSION, m, dict(crystals.DEFINITIONS))
+    if opt.coverage:
+        report.notes.append(f"COV-R/COV-P: CDVAE's fingerprints and cutoffs ({opt.cov_cutoffs[0]:g} structure, "
+                            f"{opt.cov_cutoffs[1]:g} composition); composition fingerprints standardized with the "
+                            "reference set's statistics (CDVAE: fixed MP-20 training statistics)")
     if opt.stability:
         _stability(report, items, [x for x in (reference, trainset) if x is not None], opt, out)
     return report, {}
