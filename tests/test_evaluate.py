@@ -157,6 +157,24 @@ def test_moses_filters():
     assert not passes_filters(Chem.MolFromSmiles("O=C1NC(=S)SC1=Cc1ccccc1"))  # PAINS ene_rhod
 
 
+def test_qed_properties_equal_rdkits_own():
+    """QED's structural alerts are matched behind the pattern-fingerprint screen: the same eight numbers as RDKit."""
+    from rdkit import Chem
+    from rdkit.Chem import QED
+
+    from logos.evaluate.molecules import properties, qed_properties
+
+    smiles = [line.split()[0] for line in (ASSETS / "moses_500.smi").read_text().splitlines()]
+    smiles += [line.split()[0] for line in (ASSETS / "molecules" / "pubchem_charged_stereo_120.smi").read_text()
+               .splitlines() if line.strip()]
+    mols = [m for m in (Chem.MolFromSmiles(s) for s in smiles) if m is not None]
+    assert len(mols) > 550 and any(QED.properties(m).ALERTS for m in mols)
+    for m in mols:
+        assert qed_properties(m) == QED.properties(m), Chem.MolToSmiles(m)
+    props = properties(mols[:100])
+    assert props["qed"].tolist() == [QED.qed(m) for m in mols[:100]]
+
+
 def test_filter_screen_never_drops_a_match():
     from rdkit import Chem
 

@@ -53,7 +53,6 @@ import numpy as np
 from rdkit import Chem, DataStructs, RDConfig
 from rdkit.Chem import AllChem, Crippen, Descriptors, rdFingerprintGenerator
 from rdkit.Chem.Scaffolds import MurckoScaffold
-from rdkit.Chem.QED import qed as _qed
 
 from logos.science.chemistry import canonical, canonical_smiles, molecules_in_text, parse_smiles
 from logos.evaluate import reference as ref
@@ -179,9 +178,26 @@ def sa_score(mol: Chem.Mol) -> float:
     return float(_sascorer().calculateScore(mol))
 
 
-@lru_cache(maxsize=1)
-def _screened_filters() -> tuple[tuple[DataStructs.ExplicitBitVect, Chem.Mol], ...]:
-    return tuple((Chem.PatternFingerprint(p), p) for p in _filters())
+def _packed(fp: DataStructs.ExplicitBitVect) -> np.ndarray:
+    """A bit vector as packed 64-bit words (for subset tests of many patterns at once)."""
+    return np.packbits(np.frombuffer(fp.ToBitString().encode("ascii"), np.uint8) - ord("0")).view(np.uint64)
+
+
+@lru_cache(maxsize=None)
+def _screen(kind: str) -> tuple[np.ndarray, tuple[Chem.Mol, ...]]:
+    """The pattern fingerprints (packed, one row per pattern) of MOSES's filters or of QED's structural alerts."""
+    from rdkit.Chem import QED
+
+    pats = _filters() if kind == "filters" else tuple(QED.StructuralAlerts)
+    return np.stack([_packed(Chem.PatternFingerprint(p)) for p in pats]), pats
+
+
+def _candidates(mol: Chem.Mol, kind: str) -> list[Chem.Mol]:
+    """The patterns of ``kind`` whose pattern fingerprint is a subset of ``mol``'s: the only ones that can match
+    (RDKit's substructure screen, as ``SubstructLibrary`` uses it: it never drops a match)."""
+    bits, pats = _screen(kind)
+    mine = _packed(Chem.PatternFingerprint(mol))
+    return [pats[i] for i in np.flatnonzero(~(bits & ~mine).any(1))]
 
 
 @lru_cache(maxsize=1)
@@ -216,8 +232,7 @@ def passes_filters(mol: Chem.Mol, screen: bool = True) -> bool:
         return False
     h_mol = Chem.AddHs(mol)
     if screen:
-        fp = Chem.PatternFingerprint(h_mol)
-        if any(DataStructs.AllProbeBitsMatch(q, fp) and h_mol.HasSubstructMatch(p) for q, p in _screened_filters()):
+        if any(h_mol.HasSubstructMatch(p) for p in _candidates(h_mol, "filters")):
             return False
     elif any(h_mol.HasSubstructMatch(p) for p in _filters()):
         return False
@@ -225,10 +240,36 @@ def passes_filters(mol: Chem.Mol, screen: bool = True) -> bool:
     return bool(smiles) and Chem.MolFromSmiles(smiles) is not None
 
 
+def qed_properties(mol: Chem.Mol):
+    """RDKit's ``QED.properties`` (the same eight numbers), its structural alerts matched only where RDKit's pattern
+    fingerprint screen allows (the tests compare it with RDKit's own on real molecules)."""
+    from rdkit.Chem import MolSurf, QED
+    from rdkit.Chem import rdMolDescriptors as rdmd
+
+    mol = Chem.RemoveHs(mol)
+    return QED.QEDproperties(
+        MW=rdmd._CalcMolWt(mol), ALOGP=Crippen.MolLogP(mol),
+        HBA=sum(len(mol.GetSubstructMatches(p)) for p in QED.Acceptors if mol.HasSubstructMatch(p)),
+        HBD=rdmd.CalcNumHBD(mol), PSA=MolSurf.TPSA(mol),
+        ROTB=rdmd.CalcNumRotatableBonds(mol, rdmd.NumRotatableBondsOptions.Strict),
+        AROM=len(Chem.GetSSSR(Chem.DeleteSubstructs(Chem.Mol(mol), QED.AliphaticRings))),
+        ALERTS=sum(1 for alert in _candidates(mol, "alerts") if mol.HasSubstructMatch(alert)))
+
+
 def properties(mols: list[Chem.Mol]) -> dict[str, np.ndarray]:
-    """QED, SA, logP, molecular weight of each molecule."""
-    return {"qed": np.array([_qed(m) for m in mols]), "sa": np.array([sa_score(m) for m in mols]),
-            "logp": np.array([Crippen.MolLogP(m) for m in mols]), "mw": np.array([Descriptors.MolWt(m) for m in mols])}
+    """QED, SA, logP, molecular weight of each molecule (logP and weight from QED's own when the molecule has no
+    explicit hydrogen, whose removal QED starts with: the same numbers, computed once)."""
+    from rdkit.Chem import QED
+
+    out: dict[str, list] = {p: [] for p in PROPERTIES}
+    for m in mols:
+        q = qed_properties(m)
+        out["qed"].append(QED.qed(m, qedProperties=q))
+        out["sa"].append(sa_score(m))
+        plain = all(a.GetAtomicNum() != 1 for a in m.GetAtoms())
+        out["logp"].append(q.ALOGP if plain else Crippen.MolLogP(m))
+        out["mw"].append(q.MW if plain else Descriptors.MolWt(m))
+    return {p: np.array(v, dtype=float) for p, v in out.items()}
 
 
 def fragments(mol: Chem.Mol) -> list[str]:
