@@ -110,6 +110,8 @@ def test_rates_count_every_structure_and_carry_intervals(scored):
     assert low < m["stable"] < high
     assert m["sun"] == 0.0 and m["sun_ci95"][0] == 0.0 < m["sun_ci95"][1]  # nothing new here
     assert m["e_hull_ci95"][0] <= m["e_hull"] <= m["e_hull_ci95"][1]
+    assert m["hull_with_compounds"] == 1.0  # every hull here holds HgS or CsGeCl3 besides the elements
+    assert scored["rows"]["HgS-rattled"]["hull_compounds"] == 1
     p = scored["provenance"]
     assert p["potential"] == "CHGNet 0.3.0" and len(p["weights_sha256"]) == 64
     assert "not DFT" in p["hull"]

@@ -70,7 +70,8 @@ NEAR_VOLUME = 0.05  # relative volume change
 RMSD_MATCHER = {"ltol": 0.2, "stol": 0.3, "angle_tol": 5, "primitive_cell": False, "scale": False,
                 "attempt_supercell": False}
 CACHE_SCHEMA = 1
-ROW_COLUMNS = ("id", "rank", "formula", "atoms", "e_initial", "e_relaxed", "e_drop", "e_hull", "rmsd", "volume_change",
+ROW_COLUMNS = ("id", "rank", "formula", "atoms", "e_initial", "e_relaxed", "e_drop", "e_hull", "hull_compounds", "rmsd",
+               "volume_change",
                "fmax_initial", "steps", "converged", "seconds", "unique", "novel", "stable", "metastable",
                "near_minimum", "sun", "msun", "hull", "error")
 
@@ -86,6 +87,8 @@ DEFINITIONS = {
     "e_hull": "mean energy above the ML-potential hull of known phases (eV/atom; structures with a hull)",
     "e_hull_median": "median energy above the hull (eV/atom)",
     "hull_available": "share of relaxed structures whose chemical system has a hull (all its elements known)",
+    "hull_with_compounds": "share of those hulls holding a known compound besides the elements (the rest: stable "
+                           "only means below the elemental references, i.e. a negative formation energy)",
     "near_minimum": "share of all structures moved by <= 0.1 A RMSD and <= 5% volume on relaxation",
     "stable": "share of all structures with e_hull <= 0 (within 1 meV/atom) on the ML-potential hull",
     "metastable": "share of all structures with e_hull <= 0.1 eV/atom",
@@ -342,10 +345,11 @@ def _hulls(systems: set[frozenset], phases: list[tuple[Item, dict]]):
     from pymatgen.analysis.phase_diagram import PDEntry, PhaseDiagram
 
     entries = [(_elements(it), PDEntry(composition_of(it), r["e_relaxed"] * len(it.species), name=it.id)) for it, r in phases]
-    out = {}
+    out, compounds = {}, {}
     for system in systems:
         mine = [e for els, e in entries if els <= system]
         have = {str(e.composition.elements[0]) for e in mine if e.is_element}
+        compounds[system] = sum(not e.is_element for e in mine)
         missing = sorted(system - have)
         if missing:
             out[system] = f"no elemental reference state for {', '.join(missing)}"
@@ -354,7 +358,7 @@ def _hulls(systems: set[frozenset], phases: list[tuple[Item, dict]]):
             out[system] = PhaseDiagram(mine)
         except Exception as e:  # noqa: BLE001 - a degenerate hull: no e_hull for this system
             out[system] = bounded(f"hull failed: {e}")
-    return out
+    return out, compounds
 
 
 def _e_hull(hull, item: Item, energy_per_atom: float) -> float:
@@ -393,7 +397,7 @@ def evaluate_stability(items: list[Item], known: list[list[Item]], options: Rela
     results, counts = relax_items(everything, options, info["weights_sha256"])
     mine, theirs = results[:len(items)], results[len(items):]
     known_ok = [(it, r) for it, r in zip(phases, theirs) if "error" not in r]
-    hulls = _hulls(systems, known_ok)
+    hulls, compounds = _hulls(systems, known_ok)
     rows: list[dict] = []
     relaxed: list[tuple[Item, dict]] = []
     for it, res in zip(items, mine):
@@ -410,7 +414,7 @@ def evaluate_stability(items: list[Item], known: list[list[Item]], options: Rela
         hull = hulls.get(_elements(it))
         e_hull = _e_hull(hull, it, res["e_relaxed"]) if hull is not None and not isinstance(hull, str) else None
         row.update(e_initial=res["e_initial"], e_relaxed=res["e_relaxed"], e_drop=res["e_initial"] - res["e_relaxed"],
-                   e_hull=e_hull, rmsd=rmsd, volume_change=(v1 - v0) / v0, fmax_initial=res["fmax_initial"],
+                   e_hull=e_hull, hull_compounds=compounds.get(_elements(it)), rmsd=rmsd, volume_change=(v1 - v0) / v0, fmax_initial=res["fmax_initial"],
                    steps=res["steps"], converged=res["converged"], seconds=res["seconds"])
         if isinstance(hull, str):
             row["hull"] = hull
@@ -443,6 +447,8 @@ def evaluate_stability(items: list[Item], known: list[list[Item]], options: Rela
     _mean(hulled, "e_hull", m)
     m["e_hull_median"] = float(statistics.median(hulled)) if hulled else None
     m["hull_available"] = len(hulled) / len(relaxed_rows) if relaxed_rows else None
+    with_compounds = [r for r in relaxed_rows if r["e_hull"] is not None and r["hull_compounds"]]
+    m["hull_with_compounds"] = len(with_compounds) / len(hulled) if hulled else None
     for name in ("near_minimum", "stable", "metastable"):
         _rate([r[name] for r in relaxed_rows], n, name, m)
     m["unique_relaxed"] = sum(unique) / len(unique) if unique else None

@@ -112,6 +112,11 @@ def _stability(report: Report, items: list, known: list[list], opt: EvaluateOpti
         f"ML-potential hull of {provenance['known_phases']} known phases (the reference set's crystals in the "
         "chemical systems touched, plus elemental reference states), not a DFT hull: compare these rates between "
         "models scored here, not one-to-one with published DFT figures. Relaxed CIFs in relaxed/.")
+    if m.get("hull_with_compounds") is not None and m["hull_with_compounds"] < 1:
+        report.notes.append(
+            f"Only {m['hull_with_compounds']:.0%} of the structures with a hull have a known compound of their chemical "
+            "system in it; for the rest the hull is the elemental references alone, and stable means only a negative "
+            "formation energy. A fuller set of known phases (--references, --train) makes the hull stricter.")
     if errors.count:
         report.notes.append(f"{errors.count} structure(s) could not be relaxed: see stability.errors.jsonl")
 
