@@ -66,8 +66,15 @@ def crystals(work: Path, env: dict, k: int) -> dict:
     out = work / "crystal"
     gen = _run(logos + ["generate", "--task", "crystal", "-n", str(k), "--seed", "0", "-q",
                         "-o", str(out / "samples.cif")], env)
-    cache = {**env, "LOGOS_CACHE": str(work / "relax_cache")}
-    subprocess.run(["rm", "-rf", str(work / "relax_cache" / "evaluate")], check=False)
+    # an empty relaxation cache of its own; the fetched datasets and packages are the usual cache's
+    own = work / "relax_cache"
+    subprocess.run(["rm", "-rf", str(own / "evaluate")], check=False)
+    own.mkdir(parents=True, exist_ok=True)
+    usual = Path(os.environ.get("LOGOS_CACHE", Path.home() / ".cache" / "logos"))
+    for sub in ("datasets", "packages"):
+        if (usual / sub).is_dir() and not (own / sub).exists():
+            (own / sub).symlink_to(usual / sub)
+    cache = {**env, "LOGOS_CACHE": str(own)}
     cmd = logos + ["evaluate", "--task", "crystal", "--predictions", str(out / "samples.samples.jsonl"), "--stability",
                    "--workers", "2", "-o", str(out / "eval")]
     cold = _run(cmd, cache)
