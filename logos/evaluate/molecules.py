@@ -344,25 +344,49 @@ def _tanimoto(inter, na, nb):
 
 
 class _Bits:
-    """A fingerprint matrix ready for products: transposed int8 bits (padded to a multiple of 8 columns) and counts."""
+    """A fingerprint matrix ready for products: transposed int8 bits (padded to a multiple of 8 columns), bit counts,
+    and (``by_count``) the columns sorted by bit count with the runs of equal counts (``groups``: start, stop, count)."""
 
-    def __init__(self, bits: np.ndarray):
+    def __init__(self, bits: np.ndarray, by_count: bool = False):
         import torch
 
+        counts = bits.sum(1, dtype=np.int64)
+        self.groups = None
+        self._blocks: dict = {}
+        if by_count:
+            order = np.argsort(counts, kind="stable")
+            bits, counts = bits[order], counts[order]
+            edges = np.flatnonzero(np.diff(counts)) + 1
+            starts = np.concatenate([[0], edges]).astype(int)
+            stops = np.concatenate([edges, [len(counts)]]).astype(int)
+            self.groups = [(int(a), int(b), int(counts[a])) for a, b in zip(starts, stops)] if len(counts) else []
         n = len(bits)
         pad = (-n) % 8
         full = np.concatenate([bits, np.zeros((pad, bits.shape[1]), np.uint8)]) if pad else bits
         self.n = n
         self.t = torch.from_numpy(np.ascontiguousarray(full.T)).view(torch.int8)
-        self.count = torch.from_numpy(full.sum(1, dtype=np.int64)).double()
+        self.count = torch.from_numpy(np.concatenate([counts, np.zeros(pad, np.int64)])).double()
+
+    def block(self, start: int, width: int):
+        """Columns ``start:start + width`` of the transposed bits, contiguous (made once, kept)."""
+        key = (start, width)
+        if key not in self._blocks:
+            self._blocks[key] = self.t[:, start:start + width].contiguous()
+        return self._blocks[key]
 
 
-def nearest_similarity(query: np.ndarray, reference: np.ndarray | _Bits, chunk: int = 256,
+def nearest_similarity(query: np.ndarray, reference: np.ndarray | _Bits, chunk: int = 512,
                        ref_chunk: int = 32768) -> np.ndarray:
-    """For each row of ``query`` (0/1 bits), the largest Tanimoto similarity to a row of ``reference``."""
+    """For each row of ``query`` (0/1 bits), the largest Tanimoto similarity to a row of ``reference``.
+
+    Among reference rows with the same bit count b, Tanimoto c / (a + b - c) grows with the intersection c, so
+    the largest c of each such group decides: the reference is sorted by bit count and only the integer
+    intersections are reduced (a max per group), then one exact division per group and query row."""
     import torch
 
-    ref = reference if isinstance(reference, _Bits) else _Bits(reference)
+    ref = reference if isinstance(reference, _Bits) else _Bits(reference, by_count=True)
+    if ref.groups is None:
+        raise ValueError("nearest_similarity needs a reference prepared with by_count=True")
     out = np.zeros(len(query))
     if not len(query) or not ref.n:
         return out
@@ -370,12 +394,22 @@ def nearest_similarity(query: np.ndarray, reference: np.ndarray | _Bits, chunk: 
         q = query[i:i + chunk]
         pad = max(0, 17 - len(q))  # the int8 product wants more than 16 rows
         qt = torch.from_numpy(np.concatenate([q, np.zeros((pad, q.shape[1]), np.uint8)]) if pad else q).view(torch.int8)
-        nq = torch.from_numpy(q.sum(1, dtype=np.int64)).double()
-        best = torch.zeros(len(q), dtype=torch.float64)
+        a = q.sum(1, dtype=np.int64).astype(float)
+        best = np.zeros(len(q))
         for j in range(0, ref.t.shape[1], ref_chunk):
-            inter = _intersections(qt, ref.t[:, j:j + ref_chunk].contiguous())[:len(q), :ref.n - j].double()
-            best = torch.maximum(best, _tanimoto(inter, nq, ref.count[j:j + inter.shape[1]]).max(1).values)
-        out[i:i + len(q)] = best.numpy()
+            stop = min(j + ref_chunk, ref.n)
+            if stop <= j:
+                break
+            inter = _intersections(qt, ref.block(j, ref_chunk))[:len(q)]
+            for lo, hi, b in ref.groups:
+                lo, hi = max(lo, j), min(hi, stop)
+                if lo >= hi:
+                    continue
+                c = inter[:, lo - j:hi - j].amax(1).numpy().astype(float)
+                union = a + b - c
+                sim = np.divide(c, union, out=np.ones_like(c), where=union > 0)  # two empty fingerprints: 1 (MOSES)
+                np.maximum(best, sim, out=best)
+        out[i:i + len(q)] = best
     return out
 
 
@@ -425,7 +459,7 @@ def _prepared(name: str) -> _Bits:
     cache = _SHARED["prepared"]
     if name not in cache:
         bits = _SHARED["query"] if name == "" else np.unpackbits(_SHARED["refs"][name], axis=1)
-        cache[name] = _Bits(bits)
+        cache[name] = _Bits(bits, by_count=name != "")
     return cache[name]
 
 
