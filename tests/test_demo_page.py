@@ -71,7 +71,7 @@ def demo(tmp_path_factory) -> Path:
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "demo.py"), "--checkpoint", str(CHECKPOINT),
                            "--out", str(out), "--samples", "1", "--inputs", "1", "-q"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "DEMO_RELAX_STEPS": "50", "DEMO_RELAX_SECONDS": "10"})
     assert (out / "index.html").exists(), proc.stdout + proc.stderr
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out
