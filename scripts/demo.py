@@ -129,7 +129,7 @@ def evaluate_step(out: Path, plan: Plan, step) -> None:
             doc = write_report(Report("crystal", crystals.SCHEMA_VERSION,
                                       crystals.evaluate(crystals.read_items(samples)), crystals.DEFINITIONS), folder)
         else:
-            doc = ev.run(task, predictions, folder, references=reference)
+            doc = ev.run(task, predictions, folder, references=reference, options=_options(task))
         step.metrics[name] = doc["metrics"]
         step.reports[name] = f"eval/{folder.name}/report.md"
         step.scored[name] = predictions.relative_to(out).as_posix()
@@ -139,6 +139,21 @@ def evaluate_step(out: Path, plan: Plan, step) -> None:
                                   proteins.DEFINITIONS), folder)
         step.metrics[plan.name] = doc["metrics"]
         step.reports[plan.name] = f"eval/{plan.name}/report.md"
+
+
+def _options(task: str):
+    """Evaluation options: crystals are also relaxed with the CHGNet potential when it is installed (logos[stability],
+    part of [dev]), on a small budget (DEMO_RELAX_STEPS, DEMO_RELAX_SECONDS per structure; DEMO_RELAX_STEPS=0: off)."""
+    import importlib.util
+
+    from logos.evaluate import EvaluateOptions
+    from logos.evaluate.stability import RelaxOptions
+
+    steps = int(os.environ.get("DEMO_RELAX_STEPS", "100"))
+    if task not in ("crystal", "csp") or steps <= 0 or importlib.util.find_spec("chgnet") is None:
+        return EvaluateOptions()
+    relax = RelaxOptions(steps=steps, seconds=float(os.environ.get("DEMO_RELAX_SECONDS", "20")))
+    return EvaluateOptions(stability=True, relax=relax, workers=2)
 
 
 def valid_share(plan: Plan, step) -> float | None:

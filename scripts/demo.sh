@@ -2,7 +2,8 @@
 # make demo: tokenize and detokenize sample files of every supported domain, then generate for every task
 # with the shipped multi-domain model (scripts/demo.py), score each output with logos evaluate and write
 # the report page OUT/index.html. Knobs: DEMO_OUT (default demo_out), CKPT (default checkpoints/logos-tiny),
-# DEMO_SAMPLES (samples per task, default each task's own), DEMO_INPUTS (inputs per conditional task, 4).
+# DEMO_SAMPLES (samples per task, default each task's own), DEMO_INPUTS (inputs per conditional task, 4),
+# DEMO_RELAX_STEPS and DEMO_RELAX_SECONDS (the CHGNet relaxation of each crystal: 100 steps, 20 s; 0 steps: off).
 # Training a model from scratch is make demo-train (scripts/demo_train.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."

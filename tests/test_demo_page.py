@@ -71,7 +71,7 @@ def demo(tmp_path_factory) -> Path:
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "demo.py"), "--checkpoint", str(CHECKPOINT),
                            "--out", str(out), "--samples", "1", "--inputs", "1", "-q"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "DEMO_RELAX_STEPS": "50", "DEMO_RELAX_SECONDS": "10"})
     assert (out / "index.html").exists(), proc.stdout + proc.stderr
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out
@@ -144,4 +144,14 @@ def test_a_cif_pymatgen_cannot_read_is_shown_not_fatal(demo, tmp_path):
     crystals = text.split('<section id="crystals">')[1].split("</section>")[0]
     assert crystals.count("pymatgen cannot read this CIF") == 2
     assert "000099_bad.cif" in crystals and 'class="cell"' in crystals  # the good cell is still drawn
+
+
+def test_crystal_tables_show_energy_above_hull_and_rmsd(demo):
+    """The crystals were relaxed with the ML potential (logos evaluate --stability): E_hull and RMSD per cell."""
+    text = (demo / "index.html").read_text(encoding="utf-8")
+    crystals = text.split('<section id="crystals">')[1].split("</section>")[0]
+    assert crystals.count("E_hull (eV/atom)") == 2 and crystals.count("RMSD (Å)") == 2  # unconditional and csp
+    assert "not DFT" in crystals
+    rows = json.loads((demo / "eval" / "crystal" / "metrics.json").read_text())["tables"]["stability per structure"]
+    assert len(rows) == 1 and (rows[0]["e_hull"] is not None or rows[0]["error"])
     assert all(f'<section id="{s}">' in text for s in SECTIONS)

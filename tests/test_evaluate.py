@@ -52,6 +52,55 @@ def test_molecule_metrics_reproduce_moses_published_values(tmp_path):
     assert m["w_mw"] == pytest.approx(106.87, abs=0.01)
     assert m["novelty"] == pytest.approx(3 / 4)  # CNC is in the training set
     assert m["test_in_train"] == 0
+    # SNN/Test, Frag/Test, Scaf/Test as MOSES publishes them (its SNN is a float32 product: 1e-8 apart)
+    assert m["snn_test"] == pytest.approx(0.3152585653588176, abs=1e-8)
+    assert m["frag_test"] == pytest.approx(0.3, abs=1e-12)
+    assert m["scaf_test"] == pytest.approx(0.5, abs=1e-12)
+    assert "snn_testsf" not in m  # no scaffold-split set given
+
+
+def test_nearest_similarity_equals_rdkit_tanimoto_on_real_molecules():
+    """The integer-product SNN against RDKit's own BulkTanimotoSimilarity, chunks smaller than the sets."""
+    from rdkit import Chem, DataStructs
+    from rdkit.Chem import rdFingerprintGenerator
+
+    from logos.evaluate.molecules import fingerprint_bits, internal_diversity, nearest_similarity
+
+    smiles = [line.split()[0] for line in (ASSETS / "moses_500.smi").read_text().splitlines()]
+    mols = [Chem.MolFromSmiles(s) for s in smiles]
+    query, pool = mols[:70], mols[70:]
+    ours = nearest_similarity(fingerprint_bits(query), fingerprint_bits(pool), chunk=32, ref_chunk=64)
+    gen = rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=1024)
+    fps = [gen.GetFingerprint(m) for m in pool]
+    theirs = [max(DataStructs.BulkTanimotoSimilarity(gen.GetFingerprint(q), fps)) for q in query]
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-12)
+    qfps = [gen.GetFingerprint(q) for q in query]
+    total = sum(sum(DataStructs.BulkTanimotoSimilarity(qfps[i], qfps[i + 1:])) for i in range(len(qfps) - 1))
+    n = len(query)
+    assert internal_diversity(query)[0] == pytest.approx(1 - (2 * total + n) / n ** 2, abs=1e-12)
+
+
+def test_snn_frag_scaf_of_a_set_with_itself_and_with_a_disjoint_set(tmp_path):
+    from logos.evaluate import molecules as M
+
+    smiles = [line.split()[0] for line in (ASSETS / "moses_500.smi").read_text().splitlines()][:150]
+    own = tmp_path / "own.smi"
+    own.write_text("\n".join(smiles) + "\n")
+    opts = M.MoleculeOptions(property_sample=0, workers=2)
+    m = M.evaluate(smiles, reference=own, options=opts, scaffolds=own)
+    for key in ("snn_test", "frag_test", "scaf_test", "snn_testsf", "frag_testsf", "scaf_testsf"):
+        assert m[key] == pytest.approx(1.0, abs=1e-12), key
+    # ring systems without a BRICS bond (each is its own single fragment) and with different two-ring scaffolds
+    ring_a = ["c1ccc2ccccc2c1", "C1CCC2CCCCC2C1", "c1ccc2[nH]ccc2c1"]
+    ring_b = ["c1ccc2occc2c1", "C1CCC2(CC1)CCCC2", "c1cnc2ccccc2n1"]
+    ref_b = tmp_path / "b.smi"
+    ref_b.write_text("\n".join(ring_b) + "\n")
+    d = M.evaluate(ring_a, reference=ref_b, options=M.MoleculeOptions(property_sample=0))
+    assert d["frag_test"] == 0.0 and d["scaf_test"] == 0.0
+    assert 0 < d["snn_test"] < 1
+    # scaffolds of one ring do not count (MOSES's min_rings=2): a set of them has no scaffold table
+    assert M.evaluate(["c1ccccc1C", "CC1CCCCC1"], reference=ref_b, options=M.MoleculeOptions(property_sample=0))[
+        "scaf_test"] is None
 
 
 def _sampled(tmp_path, name, smiles, logps):
@@ -142,6 +191,24 @@ def test_moses_filters():
     assert not passes_filters(Chem.MolFromSmiles("CCI"))  # iodine not allowed
     assert not passes_filters(Chem.MolFromSmiles("C1CCCCCCC1"))  # 8-membered ring
     assert not passes_filters(Chem.MolFromSmiles("O=C1NC(=S)SC1=Cc1ccccc1"))  # PAINS ene_rhod
+
+
+def test_qed_properties_equal_rdkits_own():
+    """QED's structural alerts are matched behind the pattern-fingerprint screen: the same eight numbers as RDKit."""
+    from rdkit import Chem
+    from rdkit.Chem import QED
+
+    from logos.evaluate.molecules import properties, qed_properties
+
+    smiles = [line.split()[0] for line in (ASSETS / "moses_500.smi").read_text().splitlines()]
+    smiles += [line.split()[0] for line in (ASSETS / "molecules" / "pubchem_charged_stereo_120.smi").read_text()
+               .splitlines() if line.strip()]
+    mols = [m for m in (Chem.MolFromSmiles(s) for s in smiles) if m is not None]
+    assert len(mols) > 550 and any(QED.properties(m).ALERTS for m in mols)
+    for m in mols:
+        assert qed_properties(m) == QED.properties(m), Chem.MolToSmiles(m)
+    props = properties(mols[:100])
+    assert props["qed"].tolist() == [QED.qed(m) for m in mols[:100]]
 
 
 def test_filter_screen_never_drops_a_match():
@@ -485,3 +552,22 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     assert _cli("--task", "retro", "--predictions", bad, "--references", USPTO, "-o", tmp_path / "r") == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "bad.jsonl:1" in err[0]
+
+
+def test_cdvae_coverage_of_a_set_by_itself_and_by_a_disjoint_set(tmp_path):
+    """COV-R/COV-P: a set covers itself fully; structures of another family (HgS chains, layered GaSe, PF5 molecules)
+    cover no perovskite; half the set plus the strangers covers half and is half precise."""
+    from logos.evaluate.crystals import coverage, fingerprints, load_set, read_items, reference_fingerprints
+
+    perov = load_set(PEROV)
+    ref_fps = reference_fingerprints(PEROV, perov, workers=2)
+    assert ref_fps[0].shape == (6, 61) and ref_fps[1].shape == (6, 132) and not np.isnan(ref_fps[0]).any()
+    assert coverage(fingerprints(perov, workers=2), ref_fps) == {"cov_recall": 1.0, "cov_precision": 1.0}
+    strangers = [read_items(ASSETS / "crystal" / f)[0] for f in ("mp_dielectric_3639.cif", "mp_dielectric_3559.cif",
+                                                               "mp_dielectric_142.cif")]
+    assert coverage(fingerprints(strangers), ref_fps) == {"cov_recall": 0.0, "cov_precision": 0.0}
+    mixed = perov[:3] + strangers
+    assert coverage(fingerprints(mixed, workers=2), ref_fps) == {"cov_recall": 0.5, "cov_precision": 0.5}
+    # cached: the second read of the reference's fingerprints is the same array
+    again = reference_fingerprints(PEROV, perov)
+    np.testing.assert_array_equal(again[0], ref_fps[0])

@@ -240,6 +240,9 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from logos.generate import GenerateOptions, Sampling, generate
     from logos.tasks.prompts import PromptOptions
 
+    if args.relax and (args.task not in ("crystal", "csp") or not args.output.lower().endswith(".cif")):
+        print("logos generate: --relax goes with --task crystal and a .cif output", file=sys.stderr)
+        return EXIT_USAGE
     sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                         max_new_tokens=args.max_new_tokens, row_work=args.row_work)
     options = GenerateOptions(task=args.task, n=args.n, batch_size=args.batch_size, sampling=sampling, seed=args.seed,
@@ -267,18 +270,56 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     if result.exit_code:
         line += f" (failures in {_errors_name(args.output)})"
     print(line, file=sys.stderr)
+    if args.relax:
+        return max(result.exit_code, _relax_generated(args))
     return result.exit_code
+
+
+def _relax_generated(args: argparse.Namespace) -> int:
+    """``logos generate --relax``: the written CIFs relaxed with the ML potential, beside them."""
+    from logos.evaluate.stability import relax_cif_output
+    from logos.util.records import ErrorLog
+
+    out = Path(args.output)
+    errors = ErrorLog(out.with_name(out.with_suffix("").name + ".relaxed.errors.jsonl"))
+    try:
+        s = relax_cif_output(out, _relax_options(args), errors)
+    finally:
+        errors.close()
+    mean = lambda v, unit: "n/a" if v is None else f"{v:.3f} {unit}"  # noqa: E731
+    print(f"relax: {s['relaxed']} of {s['structures']} relaxed ({s['converged']} converged), mean energy drop "
+          f"{mean(s['e_drop'], 'eV/atom')}, mean RMSD {mean(s['rmsd'], 'A')} -> {s['folder']}, {s['table']}"
+          + (f"; {errors.count} failed (see {errors.path})" if errors.count else ""), file=sys.stderr)
+    return EXIT_REJECTED if errors.count else EXIT_OK
+
+
+def _relax_options(args: argparse.Namespace):
+    from logos.evaluate.stability import RelaxOptions
+
+    return RelaxOptions(fmax=args.relax_fmax, steps=args.relax_steps, seconds=args.relax_seconds,
+                        workers=max(1, args.workers))
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from logos.evaluate import EvaluateOptions, run
 
+    if args.stability and args.task not in ("crystal", "csp"):
+        print("logos evaluate: --stability goes with --task crystal or csp", file=sys.stderr)
+        return EXIT_USAGE
+    if args.coverage and args.task != "crystal":
+        print("logos evaluate: --coverage goes with --task crystal", file=sys.stderr)
+        return EXIT_USAGE
     doc = run(args.task, Path(args.predictions), Path(args.output), references=args.references, train=args.train,
               options=EvaluateOptions(fcd=args.fcd, vina=args.vina, limit=args.limit, train_as_given=args.train_as_given,
-                                      workers=args.workers))
+                                      workers=args.workers, scaffold_references=args.scaffold_references,
+                                      coverage=args.coverage, cov_cutoffs=tuple(args.cov_cutoffs),
+                                      stability=args.stability, relax=_relax_options(args),
+                                      stability_ranks=args.stability_ranks))
     shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in doc["metrics"].items()
-                      if v is not None)
+                      if v is not None and not isinstance(v, list))
     print(f"evaluate {args.task}: {shown} -> {args.output}/metrics.json", file=sys.stderr)
+    if args.stability and (Path(args.output) / "stability.errors.jsonl").exists():
+        return EXIT_REJECTED  # some structures could not be relaxed (listed there); the rest are scored
     return EXIT_OK
 
 
@@ -506,6 +547,11 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
     p.add_argument("--3d", dest="three_d", action="store_true", help="SDF: embed a 3D conformer")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     add_limit_arguments(p)  # --input's records bounded before a library reads them, the library work isolated
+    p.add_argument("--relax", action="store_true",
+                   help="crystal, csp: also relax each written CIF with the CHGNet potential (pip install "
+                        "'logos[stability]') into OUT.relaxed/ (energies and RMSD in OUT.relaxed.jsonl)")
+    p.add_argument("--workers", type=int, default=1, help="with --relax: isolated relaxation processes")
+    _add_relax_arguments(p)
     add_engine_arguments(p)  # --engine vllm and vLLM's scale-out options (logos.serve)
     p.set_defaults(func=_cmd_generate)
     add_serve_parser(sub, DEFAULT_CHECKPOINT)  # logos serve (logos.serve)
@@ -521,15 +567,38 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
                                                                      "pyhmmer-proteins)")
     p.add_argument("--train", metavar="FILE|DIR|DATASET", help="the model's training corpus: novelty, identity, and "
                                                                "contamination (test items found in it)")
+    p.add_argument("--scaffold-references", metavar="FILE|DATASET",
+                   help="molecule: MOSES's scaffold-split test set for SNN/Frag/Scaf TestSF (default with the default "
+                        "references: moses-test-scaffolds)")
     p.add_argument("-o", "--output", required=True, metavar="REPORT_DIR")
     p.add_argument("--fcd", action="store_true", help="molecule: Frechet ChemNet Distance (pip install 'logos[fcd]')")
     p.add_argument("--vina", action="store_true", help="ligand: Vina scores (pip install 'logos[docking]')")
     p.add_argument("--limit", type=int, help="retro/forward/csp: only the first N reference items")
-    p.add_argument("--workers", type=int, default=1, help="molecule: processes for filters and properties")
+    p.add_argument("--workers", type=int, default=1, help="molecule: processes for filters, properties and "
+                                                              "similarity; --stability: relaxation processes")
     p.add_argument("--train-as-given", action="store_true",
                    help="molecule: novelty against the training SMILES as stored (MOSES), without canonicalizing them")
+    p.add_argument("--coverage", action="store_true",
+                   help="crystal: CDVAE COV-R/COV-P against --references (CrystalNN and Magpie fingerprints, ~30 ms "
+                        "per site; the reference's are computed once and cached)")
+    p.add_argument("--cov-cutoffs", type=float, nargs=2, default=[0.4, 10.0], metavar=("STRUCT", "COMP"),
+                   help="--coverage: fingerprint distance cutoffs (CDVAE: MP-20 0.4 10; Perov-5, Carbon-24 0.2 4)")
+    p.add_argument("--stability", action="store_true",
+                   help="crystal, csp: relax each structure with the CHGNet potential (pip install 'logos[stability]'): "
+                        "energies, RMSD, energy above the hull of known phases, stable/metastable/S.U.N. rates")
+    p.add_argument("--stability-ranks", type=int, default=1, metavar="N",
+                   help="csp --stability: relax the first N candidates of each composition (default 1)")
+    _add_relax_arguments(p)
     p.set_defaults(func=_cmd_evaluate)
     return parser
+
+
+def _add_relax_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--relax-fmax", type=float, default=0.05, metavar="EV_A",
+                   help="relaxation converged when every force is below this (eV/A; default 0.05)")
+    p.add_argument("--relax-steps", type=int, default=300, metavar="N", help="relaxation steps per structure at most")
+    p.add_argument("--relax-seconds", type=float, default=60.0, metavar="S",
+                   help="wall seconds per structure at most (then it counts as not converged; default 60)")
 
 
 def _command_of(argv: list[str]) -> str | None:

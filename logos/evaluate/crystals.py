@@ -12,7 +12,19 @@ Unconditional (``--task crystal``), from :mod:`logos.science.materials.validity`
 - ``novelty``: share of the distinct valid structures that match no structure of the training
   corpus (same matcher, candidates of equal reduced formula);
 - ``w_density`` / ``w_num_elements``: Wasserstein-1 distance between the valid samples' density
-  (g/cm^3) / number of distinct elements and the reference set's (CDVAE's property statistics).
+  (g/cm^3) / number of distinct elements and the reference set's (CDVAE's property statistics);
+- ``cov_recall`` / ``cov_precision`` (with ``coverage``): CDVAE's COV-R and COV-P. Each crystal gets a
+  structure fingerprint (the mean over its sites of matminer's ``CrystalNNFingerprint`` "ops"
+  preset) and a composition fingerprint (matminer's Magpie ``ElementProperty``), as CDVAE computes
+  them; COV-R is the share of reference crystals whose nearest generated structure fingerprint lies
+  within 0.4 and nearest generated composition fingerprint within 10 (Euclidean; CDVAE's MP-20
+  cutoffs, an option), COV-P the share of all generated crystals whose nearest reference
+  fingerprints do (CDVAE takes the two minima separately, and so does this). Composition
+  fingerprints are standardized feature by feature (missing values 0, as CDVAE's scaler): CDVAE
+  uses fixed MP-20 training statistics written into its code, this uses the reference set's own
+  mean and standard deviation, so the composition scale follows the reference given. Fingerprints
+  run in isolated workers (a structure CrystalNN cannot handle has none, as in CDVAE); the
+  reference's are cached.
 
 Structure prediction (``--task csp``): for each reference structure, candidates ``id#1..id#n``;
 ``match_rate@n``: share of reference structures matched by any of the first n candidates under
@@ -42,8 +54,10 @@ from logos.science.materials.crystal import Crystal, load, read_crystal_file
 from logos.science.materials.validity import cdvae_compositional_validity, check_crystal, structural_validity
 from logos.util.records import InputError, RecordError
 
-__all__ = ["CrystalOptions", "Item", "SCHEMA_VERSION", "DEFINITIONS", "CSP_TOLERANCES", "read_items", "load_set",
-           "to_structure", "evaluate", "evaluate_csp", "contamination"]
+__all__ = ["CrystalOptions", "Item", "SCHEMA_VERSION", "DEFINITIONS", "CSP_TOLERANCES", "COV_CUTOFFS", "read_items",
+           "load_set", "fingerprints", "reference_fingerprints", "coverage",
+           "to_structure", "composition_of", "formula_of", "known_structures", "evaluate", "evaluate_csp",
+           "contamination"]
 
 SCHEMA_VERSION = 1
 CSP_TOLERANCES = {"stol": 0.5, "angle_tol": 10, "ltol": 0.3}
@@ -59,7 +73,11 @@ DEFINITIONS = {
     "w_density": "Wasserstein-1 distance of density (g/cm^3) to the reference",
     "w_num_elements": "Wasserstein-1 distance of the number of elements to the reference",
     "test_in_train": "reference structures matching a training structure (StructureMatcher)",
+    "cov_recall": "CDVAE COV-R: share of reference crystals with a generated one within the structure and "
+                  "composition fingerprint cutoffs",
+    "cov_precision": "CDVAE COV-P: share of generated crystals with a reference one within both cutoffs",
 }
+COV_CUTOFFS = (0.4, 10.0)  # CDVAE's structure and composition fingerprint cutoffs for MP-20
 for _n in (1, 20):
     DEFINITIONS[f"match_rate@{_n}"] = (f"share of reference structures matched by one of the first {_n} candidates "
                                        "(StructureMatcher stol 0.5, angle_tol 10, ltol 0.3)")
@@ -181,15 +199,21 @@ def _matcher(**kw):
     return StructureMatcher(**kw)
 
 
-def _formula(item: Item) -> str:
-    """The reduced formula of an item, from its species (no pymatgen Structure built)."""
+def composition_of(item: Item):
+    """The cell composition of an item (a pymatgen ``Composition``), from its species (no Structure built)."""
     from pymatgen.core import Composition
 
     counts: dict[str, float] = defaultdict(float)
     for sp in item.species:
         for el, occ in (sp.items() if isinstance(sp, dict) else [(sp, 1.0)]):
             counts[el] += occ
-    return Composition(counts).reduced_formula
+    return Composition(counts)
+
+
+def formula_of(item: Item) -> str:
+    """The reduced formula of an item."""
+    return composition_of(item).reduced_formula
+
 
 
 class _Comparer:
@@ -225,7 +249,7 @@ class _Comparer:
         queries = [self.key_and_reduced(s) for s in structures]
         formulas = {k[0] for k, _ in queries}
         pool: dict[tuple[str, int], list] = defaultdict(list)
-        wanted = [t for t in corpus if _formula(t) in formulas]
+        wanted = [t for t in corpus if formula_of(t) in formulas]
         for t in ref.progress(wanted, len(wanted), "training structures of the same formulas", None):
             key, r = self.key_and_reduced(to_structure(t))
             pool[key].append(r)
@@ -299,6 +323,106 @@ def evaluate_csp(candidates: list[Item], reference: list[Item], options: Crystal
         m[f"match_rate@{n}"] = len(hit) / len(reference) if reference else None
         m[f"rmse@{n}"] = float(np.mean(hit)) if hit else None
     return m
+
+
+def known_structures(structures: list[Item], corpus: list[Item]) -> tuple[list[bool], list[bool]]:
+    """For each structure, whether it is the first of its class among ``structures`` (unique) and whether it
+    matches no structure of ``corpus`` (novel), by ``StructureMatcher`` with default tolerances."""
+    warnings.filterwarnings("ignore", module="pymatgen")
+    compare = _Comparer(_matcher())
+    built = [to_structure(s) for s in structures]
+    firsts = set(compare.distinct(built)) if built else set()
+    seen = compare.found_in(built, corpus) if built and corpus else [False] * len(built)
+    return [i in firsts for i in range(len(built))], [not x for x in seen]
+
+
+_FEATURIZERS: list = []
+
+
+def _featurizers() -> list:
+    """matminer's CrystalNN "ops" site fingerprint and Magpie composition featurizer (built once per process)."""
+    if not _FEATURIZERS:
+        try:
+            from matminer.featurizers.composition import ElementProperty
+            from matminer.featurizers.site import CrystalNNFingerprint
+        except ImportError:
+            raise InputError("COV-R/COV-P need matminer: pip install 'logos[materials]'") from None
+        _FEATURIZERS.extend([CrystalNNFingerprint.from_preset("ops"), ElementProperty.from_preset("magpie")])
+    return _FEATURIZERS
+
+
+def _fingerprint_one(payload: dict) -> tuple[list | None, list]:
+    """(structure fingerprint or None, composition fingerprint) of one structure (worker side)."""
+    warnings.filterwarnings("ignore")
+    site_fp, comp_fp = _featurizers()
+    item = Item(**payload)
+    comp = [float(x) for x in comp_fp.featurize(composition_of(item))]
+    try:
+        s = to_structure(item)
+        struct = np.mean([site_fp.featurize(s, i) for i in range(len(s))], axis=0).tolist()
+    except Exception:  # noqa: BLE001 - CrystalNN fails on some structures: no fingerprint (CDVAE: invalid)
+        struct = None
+    return struct, comp
+
+
+def fingerprints(items: list[Item], workers: int = 1, timeout: float = 120.0) -> tuple[np.ndarray, np.ndarray]:
+    """CDVAE's structure (61) and composition (132) fingerprints of each item; NaN rows where there are none (an
+    unreadable item, a CrystalNN failure, a crash or a time-out of the isolated worker)."""
+    from logos.util.isolate import Failure, imap_isolated
+
+    struct = np.full((len(items), 61), np.nan)
+    comp = np.full((len(items), 132), np.nan)
+    good = [(i, it) for i, it in enumerate(items) if it.error is None and not any(isinstance(x, dict) for x in it.species)]
+    payloads = [dict(it.as_json(), id=str(it.id)) for _, it in good]
+    _featurizers()  # built here, so that every forked worker starts with them
+    results = imap_isolated(payloads, _fingerprint_one, workers=workers, timeout=timeout, batch=4)
+    for (i, _), (_, res) in zip(good, results):
+        if isinstance(res, Failure):
+            continue
+        if res[0] is not None:
+            struct[i] = res[0]
+        comp[i] = res[1]
+    return struct, comp
+
+
+def reference_fingerprints(spec: str | Path, items: list[Item], workers: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`fingerprints` of a reference set (``items``, as :func:`load_set` read ``spec``), cached as ``.npy``."""
+    path = ref.resolve_reference(spec)
+    built: dict = {}
+
+    def build(k: int) -> np.ndarray:
+        if not built:
+            built[0], built[1] = fingerprints(items, workers)
+        return built[k]
+    return (ref.cached_array("crystalfp-cnn-ops", path, lambda: build(0)),
+            ref.cached_array("crystalfp-magpie", path, lambda: build(1)))
+
+
+def coverage(gen: tuple[np.ndarray, np.ndarray], ref_fps: tuple[np.ndarray, np.ndarray],
+             cutoffs: tuple[float, float] = COV_CUTOFFS) -> dict:
+    """CDVAE's COV-R and COV-P (see the module docstring) from :func:`fingerprints` of generated and reference."""
+    from scipy.spatial.distance import cdist
+
+    g_struct, g_comp = gen
+    r_struct, r_comp = ref_fps
+    n_gen = len(g_struct)
+    keep = ~np.isnan(g_struct).any(1) & ~np.isnan(g_comp).all(1)
+    rkeep = ~np.isnan(r_struct).any(1) & ~np.isnan(r_comp).all(1)
+    if not n_gen or not keep.any() or not rkeep.any():
+        return {"cov_recall": 0.0 if rkeep.any() else None, "cov_precision": 0.0 if n_gen else None}
+    r_struct, r_comp = r_struct[rkeep], r_comp[rkeep]
+    mean = np.nanmean(r_comp, axis=0)
+    std = np.nanstd(r_comp, axis=0)
+    std[~(std > 0)] = 1.0
+
+    def scale(x):
+        z = (x - mean) / std
+        return np.where(np.isnan(z), 0.0, z)
+    d_struct = cdist(g_struct[keep], r_struct)
+    d_comp = cdist(scale(g_comp[keep]), scale(r_comp))
+    recall = (d_struct.min(0) <= cutoffs[0]) & (d_comp.min(0) <= cutoffs[1])
+    precision = (d_struct.min(1) <= cutoffs[0]) & (d_comp.min(1) <= cutoffs[1])
+    return {"cov_recall": float(recall.mean()), "cov_precision": float(precision.sum() / n_gen)}
 
 
 def contamination(reference: list[Item], train: list[Item]) -> int:

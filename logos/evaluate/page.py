@@ -592,8 +592,34 @@ def _stated_group(text: str) -> str:
     return m.group(1) if m else "–"
 
 
-def _crystal_row(root: Path, cif: Path) -> list[str]:
+def _stability_rows(root: Path, step: Step) -> dict[str, dict]:
+    """The step's per-structure stability rows (``logos evaluate --stability``), by the CIF file name they belong
+    to (``NNNNNN_NAME.cif`` holds the block ``NAME``: ``ID`` or ``ID_RANK``); {} when the step was not relaxed."""
+    from logos.science.materials.cif import cif_name
+
+    report = step.reports.get(step.name)
+    path = (root / report).with_name("metrics.json") if report else None
+    if path is None or not path.is_file():
+        return {}
+    rows = json.loads(path.read_text()).get("tables", {}).get("stability per structure", [])
+    out = {}
+    for r in rows:
+        out.setdefault(cif_name(str(r["id"])), r)
+        out[cif_name(f"{r['id']}#{r['rank']}")] = r
+    return out
+
+
+def _stability_cells(row: dict | None) -> list[str]:
+    if row is None:
+        return ["–", "–"]
+    if row.get("error"):
+        return [f'<span class="no" title="{_e(row["error"])}">not relaxed</span>', "–"]
+    return [_num(row.get("e_hull")), _num(row.get("rmsd")) if row.get("rmsd") is not None else "no match"]
+
+
+def _crystal_row(root: Path, cif: Path, stability: dict | None = None) -> list[str]:
     link = _link(str(cif.relative_to(root)), cif.name)
+    extra = _stability_cells(stability) if stability is not None else []
     try:
         from pymatgen.core import Structure
         from pymatgen.symmetry.analyzer import SpacegroupAnalyzer
@@ -606,7 +632,7 @@ def _crystal_row(root: Path, cif: Path) -> list[str]:
             raise ValueError("no sites")
     except Exception as e:  # pymatgen cannot read it: the row says so
         reason = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
-        return [link, '<span class="no">unreadable</span>', "–", "–", "–", "–",
+        return [link, '<span class="no">unreadable</span>', "–", "–", "–", "–", *extra,
                 f'<div class="noimg">pymatgen cannot read this CIF: {_e(reason)}</div>']
     try:
         sga = SpacegroupAnalyzer(structure, symprec=0.1)
@@ -620,7 +646,7 @@ def _crystal_row(root: Path, cif: Path) -> list[str]:
     except Exception as e:
         picture = f'<div class="noimg">cannot draw: {_e(e)}</div>'
     return [link, _e(structure.composition.reduced_formula), f"{_stated_group(text)} / {_e(found)}", lattice,
-            f"{structure.volume:.1f}", f"{structure.density:.2f}", picture]
+            f"{structure.volume:.1f}", f"{structure.density:.2f}", *extra, picture]
 
 
 def _crystals(page: _Page) -> str:
@@ -631,13 +657,19 @@ def _crystals(page: _Page) -> str:
         if s.input:  # structure prediction: the most likely candidate of each formula (files NNNNNN_ID_1.cif)
             files = [f for f in files if f.stem.endswith("_1")] or files
             which = "formulas' most likely candidates"
-        rows = [_crystal_row(page.root, f) for f in files[:8]]
+        relaxed = _stability_rows(page.root, s)
+        rows = [_crystal_row(page.root, f, relaxed.get(f.stem.split("_", 1)[-1]) if relaxed else None)
+                for f in files[:8]]
         missing = s.generated - s.written
         note = f" {missing} sample(s) did not become a CIF (see the errors file)." if missing > 0 else ""
+        if relaxed:
+            note += (" E<sub>hull</sub>: energy above the hull of known phases after relaxation with the CHGNet ML "
+                     "potential (not DFT); RMSD: how far relaxation moved the atoms (see the metrics' report).")
         out.append(f"<h3>{_e(s.title)}</h3><p class='small'>{len(rows)} of {len(files)} {which} shown (read with "
                    f"pymatgen; space group as stated in the CIF / as spglib finds it at 0.1 Å).{note}</p>"
                    + _table(["CIF", "formula", "space group (stated / found)", "a b c (Å) · α β γ (°)",
-                             "volume (Å³)", "density (g/cm³)", "unit cell"], rows))
+                             "volume (Å³)", "density (g/cm³)"]
+                            + (["E_hull (eV/atom)", "RMSD (Å)"] if relaxed else []) + ["unit cell"], rows))
     return "".join(out)
 
 

@@ -44,6 +44,7 @@ class Report:
     tables: dict[str, list[dict]] = field(default_factory=dict)  # e.g. per reaction class
     notes: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)  # what produced derived numbers (a potential, a cache)
 
     def as_dict(self) -> dict:
         from logos.util.version import VERSION as __version__
@@ -58,6 +59,7 @@ class Report:
             "tables": self.tables,
             "notes": self.notes,
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+            **({"provenance": self.provenance} if self.provenance else {}),
         }
 
 
@@ -70,6 +72,8 @@ def format_value(value: Any) -> str:
         return f"{value:,}"
     if isinstance(value, float):
         return "nan" if math.isnan(value) else f"{value:.4f}"
+    if isinstance(value, (list, tuple)) and all(isinstance(v, (int, float)) for v in value):
+        return "[" + ", ".join(format_value(v) for v in value) + "]"  # an interval
     return str(value)
 
 
@@ -88,6 +92,8 @@ def _markdown(doc: dict) -> str:
         lines += ["| " + " | ".join(format_value(r.get(c)) for c in cols) + " |" for r in rows]
     if doc["notes"]:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in doc["notes"]]
+    if doc.get("provenance"):
+        lines += ["", "## Provenance", "", "```json", json.dumps(doc["provenance"], indent=1), "```"]
     lines += ["", "## Inputs", "", "| role | file | sha256 |", "|---|---|---|"]
     lines += [f"| {role} | `{v['path']}` | `{v['sha256'][:16]}…` |" for role, v in doc["inputs"].items()]
     return "\n".join(lines) + "\n"

@@ -1,10 +1,10 @@
-"""Statistics the evaluations share: Wasserstein-1 distance and Wilson intervals (scipy), Jensen-Shannon divergence."""
+"""Statistics the evaluations share: Wasserstein-1 distance, Wilson and t intervals (scipy), Jensen-Shannon divergence."""
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["wasserstein", "js_divergence", "wilson"]
+__all__ = ["wasserstein", "js_divergence", "wilson", "mean_interval"]
 
 
 def wasserstein(a, b) -> float | None:
@@ -35,3 +35,20 @@ def wilson(hits: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
         return (0.0, 0.0)
     ci = binomtest(hits, n).proportion_ci(confidence, method="wilson")
     return (float(ci.low), float(ci.high))
+
+
+def mean_interval(values, confidence: float = 0.95) -> tuple[float | None, list[float] | None]:
+    """The mean of ``values`` and its Student t interval ([low, high]); (None, None) when empty, the mean and
+    None for a single value."""
+    import math
+
+    from scipy.stats import t
+
+    n = len(values)
+    if n == 0:
+        return None, None
+    mean = float(np.mean(values))
+    if n == 1:
+        return mean, None
+    half = float(t.ppf(0.5 + confidence / 2, n - 1) * np.std(values, ddof=1) / math.sqrt(n))
+    return mean, [mean - half, mean + half]

@@ -20,7 +20,10 @@ knows which record a worker is on without any message per record. Workers die wi
   worker dies.
 
 ``workers=0`` runs the function in this process (no isolation: for debugging and for measuring
-the encoders alone).
+the encoders alone). Workers are forked by default; ``context="spawn"`` starts them as fresh
+interpreters (for work that must not inherit the parent's state, such as a torch model whose thread
+pool the parent already started: a forked OpenMP runtime can hang); ``func`` and ``init`` must then
+be module-level functions.
 
 :func:`call_isolated` is the same protection for one call made from an event loop (a server's
 request): the call runs in a fresh process while the loop goes on serving; the process may ask the
@@ -138,13 +141,15 @@ def _death(proc) -> str:
 
 def imap_isolated(items: Iterable[Any], func: Callable[[Any], Any], *, workers: int = 1, timeout: float = 0.0,
                   batch: int = 256, heavy: Callable[[Any], bool] | None = None, init: Callable | None = None,
-                  initargs: tuple = (), before_wait: Callable[[], None] | None = None) -> Iterator[tuple[Any, Any]]:
+                  initargs: tuple = (), before_wait: Callable[[], None] | None = None,
+                  context: str = "fork") -> Iterator[tuple[Any, Any]]:
     """``(item, func(item))`` for every item, in input order, each run in a worker process (see module docstring).
 
     A crashed or timed-out item yields a :class:`Failure` instead of its result. ``batch``: items
     per task; ``heavy(item)``: items that travel alone (slow ones: a crash re-runs nothing else).
     ``timeout``: seconds per item, 0 for none. ``before_wait()`` is called whenever the parent is
-    about to block on its workers (the caller flushes its output there).
+    about to block on its workers (the caller flushes its output there). ``context``: ``fork`` or
+    ``spawn`` (see the module docstring).
     """
     if workers <= 0:
         if init is not None:
@@ -173,7 +178,7 @@ def imap_isolated(items: Iterable[Any], func: Callable[[Any], Any], *, workers: 
                 return task
         return task or None
 
-    ctx = mp.get_context("fork")
+    ctx = mp.get_context(context)
     progress = ctx.RawArray("d", 2 * workers)
     target = (func, init, initargs)
     slots = [_Slot(ctx, k, progress, target) for k in range(workers)]
