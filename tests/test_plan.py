@@ -144,7 +144,8 @@ def test_cpu_zero3_fp32_bytes_worked_by_hand():
     """ZeRO-3 in fp32 on 2 processes, per process: weights 4 B (the fp32 master is the weight partition itself),
     gradients 4 B and AdamW moments 8 B per parameter, halved; the backward's working set is the gathered
     parameters (live + prefetch limits), the reduce bucket and the largest layer's gradient, 4 B each, and the heap
-    holds it once more; activations at 4 B per value; rank 0 adds the export copy and one shard at a save."""
+    keeps twice as much (the measured heap slack); activations at 4 B per value; rank 0 adds the export copy and
+    one shard at a save."""
     from logos.train.plan import PROCESS_BYTES, activation_bytes, cpu_memory
 
     size = ModelSize(total_params=1_000_000, largest_layer_params=10_000)
@@ -155,8 +156,8 @@ def test_cpu_zero3_fp32_bytes_worked_by_hand():
     assert act == 2 * 16 * 64 * 4 + 16 * 64 * 17 * 4 + 16 * 100 * 12  # layer inputs + one layer + fp32 logits x 3
     working = 4 * (100_000 + 20_000 + 10_000)
     assert plan.terms == {"fixed": PROCESS_BYTES, "weights": 2_000_000, "gradients": 2_000_000,
-                          "optimizer": 4_000_000, "working set": working, "heap slack": working, "activations": act}
-    assert plan.peak == PROCESS_BYTES + 8_000_000 + 2 * working + act
+                          "optimizer": 4_000_000, "working set": working, "heap slack": 2 * working, "activations": act}
+    assert plan.peak == PROCESS_BYTES + 8_000_000 + 3 * working + act
     assert plan.save_terms == {"export copy": 2_000_000, "shard being written": 500_000}
     # at a save rank 0 holds its states plus the export (10.5 MB) - more than its training peak here
     assert plan.rank0_peak == PROCESS_BYTES + 8_000_000 + 2_500_000 > plan.peak

@@ -24,8 +24,9 @@ allocates it (``logos.train.engine``):
   most ``stage3_max_live_parameters`` + ``stage3_prefetch_bucket_size``), the reduce bucket and the
   largest layer's full gradient; without ZeRO-3 the largest layer's gradient only;
 - **heap slack**: glibc serves blocks under its mmap threshold (at most 32 MiB) from heaps it keeps after
-  they are freed, so the working set's blocks are resident about twice at the peak (measured at 94M and
-  277M parameters, ``benchmarks/scale_check.py``);
+  they are freed, and the blocks of one step do not fit the holes another left: after a few steps the
+  peak stood about twice the working set above the live tensors (94M and 277M parameters, 2 ranks,
+  ``benchmarks/scale_check.py``; an estimate from those runs, not a bound);
 - **activations** (:func:`activation_bytes` at the run's element size);
 - on rank 0 at a save, the export: a copy of the whole model in the export dtype plus one safetensors
   shard being serialized.
@@ -164,7 +165,7 @@ def cpu_memory(size: ModelSize, hf_config, stage: int, processes: int, precision
         working = grad * size.largest_layer_params
     element = 4 if precision == "fp32" else 2
     terms = {"fixed": PROCESS_BYTES, **{k: int(v) for k, v in per_param.items()}, "working set": int(working),
-             "heap slack": int(working),
+             "heap slack": int(2 * working),
              "activations": activation_bytes(hf_config, micro_batch, seq_len, checkpointing, element)}
     export_bytes = (2 if export_dtype == "bfloat16" else 4) * n
     save = {"export copy": export_bytes, "shard being written": min(export_bytes, shard_size)}
