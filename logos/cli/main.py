@@ -224,9 +224,9 @@ def _cmd_finetune(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from logos.train.export import export_run
+    from logos.train.export import SHARD_SIZE, export_run
 
-    out = export_run(Path(args.run), Path(args.output), tag=args.tag, shard_size=args.shard_size)
+    out = export_run(Path(args.run), Path(args.output), tag=args.tag, shard_size=args.shard_size or SHARD_SIZE)
     print(f"export: {args.run} -> {out}", file=sys.stderr)
     return EXIT_OK
 
@@ -483,7 +483,7 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
     p.add_argument("run", metavar="RUN_DIR", help="train.out_dir of a training run")
     p.add_argument("-o", "--output", required=True, metavar="DIR")
     p.add_argument("--tag", help="checkpoint tag, e.g. step0000500 (default: the latest)")
-    p.add_argument("--shard-size", default="1GB", metavar="SIZE",
+    p.add_argument("--shard-size", metavar="SIZE",
                    help="largest safetensors file, e.g. 500MB or 2GB (default 1GB); a larger model is written in "
                         "shards with model.safetensors.index.json")
     p.set_defaults(func=_cmd_export)
