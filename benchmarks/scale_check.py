@@ -3,7 +3,10 @@ SIGTERM and exact resume, a sharded bf16 export that plain transformers and vLLM
 
 Every step runs the project's commands on ``pretrain/1b.yaml``'s model (Llama-3.2-1B shape, 978M parameters),
 overriding only what a CPU needs (sequence, batch, fp32, ZeRO-3 through gloo) and what a short check needs (a few
-steps, warm-up 1, a checkpoint at the end or on a signal, no validation split):
+steps, a checkpoint at the end or on a signal, no validation split). The optimizer is the preset's: AdamW at peak
+LR 3e-4 with 2,000 warm-up steps, so the check's steps are the first steps of a real run (LR 1.5e-7, 3e-7, ...),
+small enough to lower the loss of one batch at every step (a full-LR Adam step from a random 2048-wide model
+overshoots it):
 
 1. **Shards**: the 500-molecule MOSES fixture, tokenized (``logos tokenize``) and packed (``logos pack``) so that the
    training split holds exactly one global batch of rows: every step trains on the same batch, so its loss must
@@ -116,7 +119,7 @@ def overrides(args, data: Path, out: Path) -> list[str]:
     sets = {"train.data": data, "train.out_dir": out, "train.tokenizer": REPO / "tokenizers" / "default",
             "train.seq_len": args.seq_len, "train.micro_batch": args.micro_batch, "train.grad_accum": 1,
             "train.precision": "fp32", "train.zero_stage": 3, "train.deepspeed": "null",
-            "train.max_steps": args.steps, "train.warmup_steps": 1, "train.max_minutes": "null",
+            "train.max_steps": args.steps, "train.max_minutes": "null",
             "train.log_every": 1, "train.eval_every": 0, "train.save_every": args.steps,
             "train.keep_checkpoints": 1}
     if args.hidden:  # a reduced shape: head size 64, a quarter of the heads for keys and values, MLP 4x
@@ -252,7 +255,7 @@ def train_and_resume(args, shards: Path, work: Path) -> dict:
     if any(v is None or v != v or abs(v) == float("inf") for v in steps):
         fail(f"missing or non-finite losses {reference}")
     result["decreasing"] = all(b < a for a, b in zip(steps, steps[1:]))
-    log(f"losses {', '.join(f'{v:.4f}' for v in steps)}; peaks {[round(p / GiB, 2) for p in ranks.peaks]} GiB")
+    log(f"losses {', '.join(f'{v:.6f}' for v in steps)}; peaks {[round(p / GiB, 2) for p in ranks.peaks]} GiB")
     ckpt = straight / "checkpoints"
     latest = (ckpt / "latest").read_text().strip()
     result["checkpoint_bytes"] = sum(p.stat().st_size for p in (ckpt / latest).rglob("*") if p.is_file())
@@ -473,8 +476,8 @@ def report(args, info: dict) -> str:
              f"{info['seconds'] / 60:.1f} min.", "", "```", info["command"], "```", "",
              "| check | result |", "|---|---|"]
     steps = [tr["losses"][s] for s in sorted(tr["losses"])]
-    lines.append(f"| losses, same batch each step | {' -> '.join(f'{v:.4f}' for v in steps)} "
-                 f"({'falling' if tr['decreasing'] else 'NOT falling'}) |")
+    lines.append(f"| losses, same batch each step (the preset's warm-up: LR 1.5e-7 x step) | "
+                 f"{' -> '.join(f'{v:.6f}' for v in steps)} ({'falling' if tr['decreasing'] else 'NOT falling'}) |")
     lines.append(f"| uninterrupted run ({args.steps} steps, build and final save included) | "
                  f"{tr['straight_seconds']:.0f} s |")
     lines.append(f"| sharded checkpoint | {len(tr['checkpoint_files'])} files, "
