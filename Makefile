@@ -4,7 +4,8 @@ PY      := .venv/bin/python
 VENV_OK := .venv/.installed
 MAKE_T0 := $(shell date +%s)
 
-.PHONY: demo demo-train test chromium fuzz venv native bench clean gpu-wheels venv-vllm test-vllm bench-vllm rescore-stability
+.PHONY: demo demo-train test chromium fuzz venv native bench clean gpu-wheels venv-vllm test-vllm bench-vllm rescore-stability \
+	scale-check
 
 # The venv's build time is kept in .venv/.build-seconds (make demo prints it when it built the venv).
 $(VENV_OK): pyproject.toml
@@ -71,6 +72,14 @@ test-vllm: $(VLLM_OK)
 # Built-in engine against vLLM (molecules; tiny and ~100M models; 16 and 128 rows), rewrites its BENCHMARKS.md section.
 bench-vllm: $(VLLM_OK)
 	OMP_NUM_THREADS=1 VLLM_CPU_OMP_THREADS_BIND=nobind $(VPY) benchmarks/vllm_bench.py
+
+# The 1B preset at its real shape on this machine (benchmarks/scale_check.py): logos pretrain on 2 processes under
+# ZeRO-3 (gloo, fp32, sequence 256), peak memory per process against logos plan, SIGTERM and an exact --resume, a
+# sharded bf16 logos export read by plain transformers and vLLM, 16 constrained molecules from each engine. Needs
+# about 19 GiB of free memory (it stops before training when the plan says there is not enough) and ~25 minutes on 2
+# cores; rewrites its BENCHMARKS.md section. SCALE_ARGS="--layers 4": the same check on a 4-layer model of the width.
+scale-check: $(VENV_OK) $(NATIVE) $(VLLM_OK)
+	OMP_NUM_THREADS=1 PYTHONPATH=. $(PY) benchmarks/scale_check.py --vllm-python $(VPY) $(SCALE_ARGS)
 
 # Longer fuzzing of every encoder and detokenizer (hundreds of examples per property, more file
 # mutations); make test runs the same properties on a one-minute budget. LOGOS_FUZZ_SEED varies the files.

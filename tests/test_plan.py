@@ -132,3 +132,75 @@ def test_stage_mismatch_is_a_clear_error():
     recipe = load_recipe(REPO / "pretrain" / "8b.yaml", ["train.zero_stage=2"])
     with pytest.raises(ConfigError, match="zero_optimization.stage 3"):
         ds_config(recipe, 1)
+
+
+def _cfg(hidden=64, layers=2, vocab=100):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(hidden_size=hidden, num_hidden_layers=layers, vocab_size=vocab)
+
+
+def test_cpu_zero3_fp32_bytes_worked_by_hand():
+    """ZeRO-3 in fp32 on 2 processes, per process: weights 4 B (the fp32 master is the weight partition itself),
+    gradients 4 B and AdamW moments 8 B per parameter, halved; the backward's working set is the gathered
+    parameters (live + prefetch limits), the reduce bucket and the largest layer's gradient, 4 B each, and the heap
+    keeps twice as much (the measured heap slack); activations at 4 B per value; rank 0 adds the export copy and
+    one shard at a save."""
+    from logos.train.plan import PROCESS_BYTES, activation_bytes, cpu_memory
+
+    size = ModelSize(total_params=1_000_000, largest_layer_params=10_000)
+    zero = {"stage3_max_live_parameters": 80_000, "stage3_prefetch_bucket_size": 20_000, "reduce_bucket_size": 20_000}
+    plan = cpu_memory(size, _cfg(), 3, 2, "fp32", micro_batch=2, seq_len=8, checkpointing=True, zero=zero,
+                      export_dtype="bfloat16", shard_size=500_000)
+    act = activation_bytes(_cfg(), 2, 8, True, element_bytes=4)
+    assert act == 2 * 16 * 64 * 4 + 16 * 64 * 17 * 4 + 16 * 100 * 12  # layer inputs + one layer + fp32 logits x 3
+    working = 4 * (100_000 + 20_000 + 10_000)
+    assert plan.terms == {"fixed": PROCESS_BYTES, "weights": 2_000_000, "gradients": 2_000_000,
+                          "optimizer": 4_000_000, "working set": working, "heap slack": 2 * working, "activations": act}
+    assert plan.peak == PROCESS_BYTES + 8_000_000 + 3 * working + act
+    assert plan.save_terms == {"export copy": 2_000_000, "shard being written": 500_000}
+    # at a save rank 0 holds its states plus the export (10.5 MB) - more than its training peak here
+    assert plan.rank0_peak == PROCESS_BYTES + 8_000_000 + 2_500_000 > plan.peak
+    assert plan.node == plan.rank0_peak + plan.peak
+    # gathered parameters never exceed the model
+    small = cpu_memory(ModelSize(50_000, 10_000), _cfg(), 3, 2, "fp32", 1, 8, True, zero)
+    assert small.terms["working set"] == 4 * (50_000 + 20_000 + 10_000)
+
+
+def test_cpu_stage0_and_bf16_bytes_worked_by_hand():
+    """Stage 0, one process: fp32 16 B per parameter (weights, gradients, two moments); DeepSpeed's bf16 mode 20 B
+    (bf16 weights and gradients, fp32 master, fp32 gradients, moments). ZeRO-1 and 2 keep the weights whole and
+    split the master copy and moments; ZeRO-2 splits the gradients too."""
+    from logos.train.plan import cpu_memory
+
+    size = ModelSize(total_params=1_000_000, largest_layer_params=100_000)
+    states = ("weights", "gradients", "optimizer")
+    fp32 = cpu_memory(size, _cfg(), 0, 1, "fp32", 1, 8, False)
+    assert sum(fp32.terms[k] for k in states) == 16_000_000 and fp32.terms["working set"] == 400_000
+    bf16 = cpu_memory(size, _cfg(), 0, 1, "bf16", 1, 8, False)
+    assert sum(bf16.terms[k] for k in states) == 20_000_000
+    z1 = cpu_memory(size, _cfg(), 1, 4, "fp32", 1, 8, False)
+    z2 = cpu_memory(size, _cfg(), 2, 4, "fp32", 1, 8, False)
+    assert (z1.terms["weights"], z1.terms["gradients"], z1.terms["optimizer"]) == (5_000_000, 4_000_000, 2_000_000)
+    assert (z2.terms["weights"], z2.terms["gradients"], z2.terms["optimizer"]) == (5_000_000, 1_000_000, 2_000_000)
+
+
+def test_plan_cpu_of_the_1b_preset(capsys):
+    """`logos plan --device cpu` on the 1B preset as the scale check runs it: ZeRO-3 without the GPU JSON, fp32,
+    2 processes; the model states are 16 B per parameter split over the two."""
+    sets = ["train.precision=fp32", "train.zero_stage=3", "train.deepspeed=null", "train.seq_len=256",
+            "train.micro_batch=1", "train.grad_accum=1"]
+    from logos.cli import main
+
+    args = ["plan", "--config", str(REPO / "pretrain" / "1b.yaml"), "--device", "cpu", "--processes", "2",
+            *[a for s in sets for a in ("--set", s)]]
+    assert main(args + ["--json"]) == 0
+    plan = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    n = plan["parameters"]
+    assert 0.97e9 < n < 0.99e9 and (plan["stage"], plan["precision"], plan["processes"]) == (3, "fp32", 2)
+    assert plan["terms"]["weights"] + plan["terms"]["gradients"] + plan["terms"]["optimizer"] == pytest.approx(8 * n, 1e-6)
+    assert plan["save_terms"]["export copy"] == 2 * n  # the preset exports bf16
+    assert plan["node"] == plan["rank0_peak"] + plan["peak"] and 17 * 2**30 < plan["node"] < 21 * 2**30
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "ZeRO-3, fp32" in out and "rank 0 peak" in out

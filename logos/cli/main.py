@@ -228,9 +228,9 @@ def _cmd_finetune(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from logos.train.export import export_run
+    from logos.train.export import SHARD_SIZE, export_run
 
-    out = export_run(Path(args.run), Path(args.output), tag=args.tag)
+    out = export_run(Path(args.run), Path(args.output), tag=args.tag, shard_size=args.shard_size or SHARD_SIZE)
     print(f"export: {args.run} -> {out}", file=sys.stderr)
     return EXIT_OK
 
@@ -324,7 +324,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from logos.train.plan import activation_bytes, format_plan, model_size, plan_rows
+    from logos.train.plan import activation_bytes, cpu_memory, format_cpu_plan, format_plan, model_size, plan_rows
     from logos.train.model import vocab_of
     from logos.train.recipe import ConfigError, load_recipe, padded_vocab
 
@@ -337,6 +337,28 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     hf = recipe.model.hf_config(padded_vocab(vocab))
     size = model_size(hf)
     t = recipe.train
+    if args.device == "cpu":
+        from logos.train.engine import ds_config, resolve_precision
+        from logos.train.export import SHARD_SIZE, parse_size
+
+        try:
+            zero = ds_config(recipe, args.processes, gpu=False)["zero_optimization"]
+        except ConfigError as e:
+            print(f"logos plan: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        plan = cpu_memory(size, hf, zero["stage"], args.processes, resolve_precision(t.precision), t.micro_batch, t.seq_len,
+                          t.gradient_checkpointing, zero, t.export_dtype, parse_size(SHARD_SIZE))
+        tokens = t.micro_batch * t.grad_accum * t.seq_len * args.processes
+        if args.json:
+            import json
+
+            print(json.dumps({"recipe": recipe.name, "parameters": size.total_params, "processes": args.processes,
+                              "stage": plan.stage, "precision": plan.precision, "terms": plan.terms,
+                              "save_terms": plan.save_terms, "peak": plan.peak, "rank0_peak": plan.rank0_peak,
+                              "node": plan.node, "tokens_per_step": tokens}))
+        else:
+            print(format_cpu_plan(recipe.name, size, plan, tokens))
+        return EXIT_OK
     gpus = args.gpus_per_node * args.nodes
     print(format_plan(recipe.name, size, plan_rows(size, args.gpus_per_node, args.nodes, args.offload),
                       t.micro_batch * t.grad_accum * t.seq_len * gpus,
@@ -430,6 +452,11 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
     p.add_argument("--gpus-per-node", type=int, default=8)
     p.add_argument("--nodes", type=int, default=1)
     p.add_argument("--offload", action="store_true", help="CPU offload for stages 2 and 3")
+    p.add_argument("--device", choices=("gpu", "cpu"), default="gpu",
+                   help="cpu: resident memory per training process on one CPU node (the recipe's ZeRO stage and "
+                        "precision, gloo), term by term")
+    p.add_argument("--processes", type=int, default=1, help="with --device cpu: training processes on the node")
+    p.add_argument("--json", action="store_true", help="with --device cpu: one JSON object (bytes)")
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a recipe field")
     p.set_defaults(func=_cmd_plan)
 
@@ -499,10 +526,13 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="log lines instead of a progress bar")
     p.set_defaults(func=_cmd_finetune)
 
-    p = sub.add_parser("export", help="a saved training checkpoint (ZeRO 0-2) -> self-contained HF directory")
+    p = sub.add_parser("export", help="a saved training checkpoint (ZeRO 0-3) -> self-contained HF directory")
     p.add_argument("run", metavar="RUN_DIR", help="train.out_dir of a training run")
     p.add_argument("-o", "--output", required=True, metavar="DIR")
     p.add_argument("--tag", help="checkpoint tag, e.g. step0000500 (default: the latest)")
+    p.add_argument("--shard-size", metavar="SIZE",
+                   help="largest safetensors file, e.g. 500MB or 2GB (default 1GB); a larger model is written in "
+                        "shards with model.safetensors.index.json")
     p.set_defaults(func=_cmd_export)
 
     p = sub.add_parser("generate", help="constrained sampling for every task -> files (.smi .sdf .rsmi .fasta "

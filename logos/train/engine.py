@@ -9,6 +9,12 @@ A torch ``AdamW`` (``fused=True``: one pass over memory) is handed to DeepSpeed 
 fused/CPU Adam JIT-compiles for minutes on CPU); the LR schedule is a ``LambdaLR`` over
 :class:`~logos.train.schedule.Schedule` that DeepSpeed steps and checkpoints.
 
+ZeRO-3 in fp32 keeps one copy of the weights: DeepSpeed means to use the parameter partition as the fp32 master
+partition when their dtypes match, but compares a ``torch.device`` with a device *name* (never equal), so it clones
+the partition (4 more bytes per parameter and rank); :func:`build_engine` points the master partition back at the
+parameter partition. Its optimizer step also copies each sub-group's gradient partition into a flat fp32 tensor;
+``sub_group_size`` bounds that copy (DeepSpeed's default, 1e9 elements, makes it a whole partition).
+
 ZeRO-1/2 in a single process without CPU offload partitions nothing: the engine then runs stage 0
 (same memory, without stage 2's copies of every gradient into flat buckets and of the fp32
 partition back into the model) and the run says so. On
@@ -53,6 +59,7 @@ STAGE3_DEFAULTS = {
     "stage3_max_reuse_distance": 50_000_000,
     "stage3_param_persistence_threshold": 100_000,
     "stage3_gather_16bit_weights_on_model_save": False,
+    "sub_group_size": 50_000_000,  # the optimizer step's flat gradient copy: 200 MB in fp32, not a whole partition
 }
 
 
@@ -129,4 +136,26 @@ def build_engine(model, recipe: Recipe, schedule: Schedule, config: dict):
     engine, _, _, scheduler = deepspeed.initialize(
         model=model, optimizer=optimizer, config=config,
         lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda step: schedule.multiplier(step)))
+    share_fp32_master(engine.optimizer)
     return engine, scheduler
+
+
+def share_fp32_master(optimizer) -> int:
+    """ZeRO-3 with fp32 parameters: make each fp32 master partition the parameter partition itself (no clone).
+
+    DeepSpeed's stage 3 intends this when the dtypes match and no optimizer offload is set, but its device test never
+    holds (see the module docstring). Afterwards the optimizer updates the parameter partition in place and
+    DeepSpeed's copy back from master to parameters copies a tensor onto itself. Returns the bytes freed per rank.
+    """
+    lows = getattr(optimizer, "fp16_partitioned_groups_flat", None)
+    highs = getattr(optimizer, "fp32_partitioned_groups_flat", None)
+    if not lows or not highs or getattr(optimizer, "offload_optimizer", False) or len(lows) != len(highs):
+        return 0
+    freed = 0
+    for low, high in zip(lows, highs):
+        if low is None or low.dtype != high.dtype or low.device != high.device or low.shape != high.shape \
+                or low.data_ptr() == high.data_ptr():
+            continue
+        freed += high.numel() * high.element_size()
+        high.data = low.data  # same tensor object for the optimizer (its state is keyed by it), shared storage
+    return freed

@@ -3,7 +3,7 @@
 Columns: ``step``, ``tokens``, ``elapsed_s``, ``cpu_s`` (CPU seconds of the process), ``lr``, ``loss``,
 ``tokens_per_s``, ``val_loss``, then per domain of the corpus ``loss_<domain>``, ``val_loss_<domain>`` and ``tokens_<domain>`` (target tokens of
 that domain counted in the loss so far: the mixture actually trained on). Rows are written by name
-(``csv.DictWriter``) and flushed as they are logged; a resumed run first drops the rows past its
+(``csv.DictWriter``), floats in full (a resumed run's losses compare exactly), and flushed as they are logged; a resumed run first drops the rows past its
 checkpoint (and a torn last line), so every step appears once.
 """
 
@@ -67,7 +67,7 @@ def _fmt(v) -> str:
     if v is None:
         return ""
     if isinstance(v, float):
-        return "" if v != v else f"{v:.6g}"  # NaN: not measured
+        return "" if v != v else repr(float(v))  # NaN: not measured; else the shortest text that reads back exactly
     return str(v)
 
 
