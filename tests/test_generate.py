@@ -528,19 +528,6 @@ def test_a_row_short_of_work_takes_what_the_other_rows_of_its_step_left():
     assert out[0].status == "dead-end" and not out[0].tokens and alone.yields > 0 and alone.idle_steps > 0
 
 
-def test_draws_follow_the_distribution_and_never_take_a_masked_token():
-    import torch
-
-    from logos.decoding.sampler import _draw
-
-    inf = float("-inf")
-    logits = torch.tensor([[0.0, inf, 1.0, 2.0, inf], [inf, inf, 0.5, inf, inf]]).repeat(10000, 1)
-    tokens = _draw(logits, torch.Generator().manual_seed(0)).view(10000, 2)
-    first = torch.bincount(tokens[:, 0], minlength=5).float() / 10000
-    assert torch.allclose(first, torch.softmax(logits[0], -1), atol=0.015), first
-    assert first[1] == 0 and first[4] == 0 and (tokens[:, 1] == 2).all()
-
-
 def test_a_row_that_yields_decides_the_same_draw_before_drawing_again():
     """Rejection sampling stays exact when a check takes more than a step's work: a row that yields checks the same
     draw again in the next step (its search going on) instead of drawing afresh, which would favour the tokens that
