@@ -145,7 +145,7 @@ class Uniforms:
 
 class Distribution:
     """One row's distribution at a step: ``logits`` (float32 [V], grammar-masked and scaled by the temperature, before
-    top-k / top-p: where the row looks for its planned ending and its candidates), ``probs`` and ``cum`` (float64 [V],
+    top-k / top-p: where the row looks for its planned ending and its candidates), ``probs`` and ``cum`` (float32 [V],
     after top-k / top-p: what it draws from, and its running sum)."""
 
     __slots__ = ("logits", "probs", "cum")
@@ -165,7 +165,7 @@ def distributions(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> l
     """One :class:`Distribution` per row of ``logits`` [B, V] (grammar-masked, scaled by the temperature); the same
     numbers for a row whether it comes alone or in a batch."""
     logits = logits.float().cpu()
-    probs = torch.softmax(filtered(logits, top_k, top_p).double(), -1)                           # [B, V]
+    probs = torch.softmax(filtered(logits, top_k, top_p), -1)                                    # [B, V]
     cum = probs.cumsum(-1).numpy()
     probs, allowed = probs.numpy(), logits.numpy()
     return [Distribution(allowed[i], probs[i], cum[i]) for i in range(len(probs))]
@@ -174,12 +174,13 @@ def distributions(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> l
 def inverse_cdf(cum: np.ndarray, probs: np.ndarray, uniforms: Uniforms) -> int | None:
     """The token whose interval of the running sum ``cum`` of ``probs`` holds the next of ``uniforms`` (None: no
     mass)."""
-    total = cum[-1]
+    total = float(cum[-1])
     if not total > 0:
         return None
-    u = uniforms() * total
-    token = min(int(np.searchsorted(cum, u, side="right")), len(cum) - 1)
-    while probs[token] == 0.0:  # rounding at the very top of the last interval
+    token = int(cum.searchsorted(uniforms() * total, side="right"))
+    if token >= len(cum):
+        token = len(cum) - 1
+    while probs[token] == 0:  # rounding at the very top of the last interval
         token -= 1
     return token
 
@@ -427,7 +428,7 @@ class RowPolicy:
         if self._waiting():
             self.pending = token  # its work is spent: every redraw would be refused (the row waits)
             return None, refused
-        probs = dist.probs.copy()  # each redraw zeroes the refused token
+        probs = dist.probs.astype(np.float64)  # (a copy: each redraw zeroes the refused token)
         possible = self.constraint.possible()  # the tokens the row does not surely refuse: the others dropped at once
         if possible is not None:
             n = min(len(possible), len(probs))

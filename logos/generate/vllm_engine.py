@@ -36,8 +36,9 @@ from typing import Any
 from logos.generate.vllm_processor import (ARGS_KEY, COUNTS_ENV, LogosLogitsProcessor, LogosLogitsProcessorV1,
                                            ProcessorCounts, request_args, request_xargs, shared_row_constraint)
 
-__all__ = ["Checkpoint", "EngineOptions", "close_llm", "engine_summary", "generate_vllm", "make_llm",
-           "processor_class", "request_xargs", "sample_jobs"]
+__all__ = ["Checkpoint", "EngineOptions", "SampleRun", "VllmReport", "close_llm", "end_probabilities",
+           "engine_environment", "engine_summary", "generate_vllm", "llm_kwargs", "make_llm", "processor_class",
+           "request_xargs", "rescore", "sample_jobs"]
 
 
 @dataclass(frozen=True)
