@@ -79,9 +79,9 @@ def vllm_run(llm, checkpoint, rows, n, constrained, budget, work, seed=0, whole_
         secs += time.perf_counter() - t
         toks += r.tokens
         resampled += r.resampled
-        first += r.engine["first_try_valid"]
-        if r.engine["row_steps"]:
-            us.append(1e6 * r.engine["seconds"] / r.engine["row_steps"])
+        first += r.engine.first_try_valid
+        if r.engine.counts.policy.row_steps:
+            us.append(1e6 * r.engine.counts.seconds / r.engine.counts.policy.row_steps)
         texts += [s.text for s in r.samples if s.written]
     return {"samples_s": n / secs, "tokens_s": toks / secs, "us_row_step": statistics.mean(us) if us else 0.0,
             "mask_us_row_step": None, "resampled": resampled, "first_try": first, "texts": texts}

@@ -135,7 +135,8 @@ def test_cell_composition_prompts_are_the_benchmarks_prompts(tmp_path):
 
 def test_cell_compositions_sample_as_before_for_a_seed(tmp_path):
     """Byte for byte the samples file the shipped model wrote for these cell compositions and seed before formulas
-    were read as formula units."""
+    were read as formula units (recorded with the one sampling policy both engines share: the code before formulas,
+    with that policy, writes the same bytes)."""
     inputs = tmp_path / "cells.txt"
     inputs.write_text("Cl4Na4 225 nacl\nO3SrTi 221 sto\nCd1Cu1N3 - 18517\n")
     out = tmp_path / "cells.cif"

@@ -7,7 +7,6 @@
   tokens a row accepts, on real molecules and on what a random model writes;
 - the unfinished-aromatic-system check (:meth:`SmilesState.aromatic_systems_problem`) refuses only tokens after
   which no ending exists, and its matching agrees with networkx;
-- the sampler's redraws sample the model's distribution restricted to the accepted tokens;
 - a row's work in one step is bounded, after which it accepts only its planned ending.
 """
 
@@ -16,7 +15,6 @@ from __future__ import annotations
 import random
 
 import pytest
-import torch
 from rdkit import Chem, rdBase
 
 import logos.decoding.chemistry as chemistry
@@ -25,8 +23,7 @@ from logos.decoding.aromatic import covering_matching, cycle_atoms
 from logos.decoding.chemistry import SmilesError, SmilesState
 from logos.decoding.constraints import TokenTable
 from logos.decoding.ending import plan_ending
-from logos.decoding.rows import WORK_NO_YIELD, RowConstraint, SmilesRow, SmilesVocab
-from logos.decoding.sampler import RowResult, _redrawn
+from logos.decoding.rows import WORK_NO_YIELD, SmilesRow, SmilesVocab
 
 TOKENIZER = REPO / "tokenizers" / "default"
 REAL = ["CC(=O)Oc1ccccc1C(=O)O", "Cc1ccc(NC(=O)C2CCN(c3ncccn3)CC2)cc1C", "O=C(NCc1ccco1)c1ccc2c(c1)OCO2",
@@ -195,80 +192,6 @@ def test_reused_endings_close_validly(tok, vocab):
             remaining -= 1
         with rdBase.BlockLogs():
             assert Chem.MolFromSmiles(row.smiles) is not None, row.smiles
-
-
-class _Refuses(RowConstraint):
-    def __init__(self, refused):
-        self.refused = set(refused)
-
-    def check(self, token, remaining=1 << 30):
-        return token not in self.refused
-
-
-def test_redraws_sample_the_restricted_distribution():
-    logits = torch.log(torch.tensor([0.30, 0.25, 0.20, 0.15, 0.10], dtype=torch.float32))
-    row = _Refuses({0, 2})
-    generator = torch.Generator().manual_seed(0)
-    counts = torch.zeros(5)
-    n = 4000
-    for _ in range(n):
-        first = int(torch.multinomial(torch.softmax(logits, -1), 1, generator=generator))
-        token = first if row.check(first) else _redrawn(first, logits, row, 10, generator, RowResult())[0]
-        counts[token] += 1
-    assert counts[0] == counts[2] == 0
-    expected = torch.tensor([0.25, 0.15, 0.10]) / 0.5
-    assert torch.allclose(counts[[1, 3, 4]] / n, expected, atol=0.03), counts
-
-
-def test_vllm_row_check_draws_only_accepted_tokens(vocab):
-    """The vLLM processor's adapter (which drops impossible tokens after a refusal, as the built-in engine does)
-    chooses tokens the row accepts, from a model that proposes any SMILES piece."""
-    from logos.generate.vllm_engine import RowCheck
-
-    class Params:
-        temperature, top_k, top_p, seed = 1.0, 0, 1.0, 0
-
-    row = SmilesRow(vocab, "<MoleculeS>")
-    check = RowCheck(row, vocab.close_id, 48, 8, Params())
-    logits = torch.full((2432,), float("-inf"))
-    logits[[i for i, ok in enumerate(vocab.smiles) if ok] + [vocab.close_id]] = 0.0
-    stats = {"checks": 0, "redraws": 0, "row_steps": 0, "dead_ends": 0, "closed_by_plan": 0}
-    for _ in range(48):
-        before = row.fork()
-        check.restrict(logits.clone(), stats)
-        if check.dead:
-            break
-        token = check.chosen
-        assert before.check(token, check.remaining), (before.smiles, vocab.text[token])
-        check.feed(token)
-        if token == vocab.close_id:
-            break
-    assert stats["redraws"] > 0 and stats["row_steps"] > 0
-
-
-def test_vllm_row_check_ends_a_span_the_model_wants_to_end(tok, vocab):
-    """The vLLM processor's adapter keeps the built-in engine's ending rule: when the model's draw is the closing tag
-    where the span cannot end (a ring and a branch open), the row follows its planned ending to a valid molecule."""
-    from logos.generate.vllm_engine import RowCheck
-
-    class Params:
-        temperature, top_k, top_p, seed = 1.0, 0, 1.0, 0
-
-    body = "C1CC(C"
-    row = SmilesRow(vocab, "<MoleculeS>" + body)
-    plan = row.ending(40)
-    check = RowCheck(row, vocab.close_id, 40, 8, Params())
-    logits = torch.full((2432,), float("-inf"))
-    logits[[i for i, ok in enumerate(vocab.smiles) if ok]] = 0.0
-    logits[vocab.close_id] = 30.0  # the model wants to end
-    stats = {"checks": 0, "redraws": 0, "row_steps": 0, "dead_ends": 0, "closed_by_plan": 0}
-    written = []
-    for _ in range(len(plan)):
-        check.restrict(logits.clone(), stats)
-        written.append(check.chosen)
-        check.feed(check.chosen)
-    assert written == list(plan) and stats["closed_by_plan"] == 1 and not check.dead
-    assert Chem.MolFromSmiles(body + tok.decode(written[:-1])) is not None
 
 
 def test_a_row_works_a_bounded_amount_per_step_then_follows_its_plan(vocab, monkeypatch):

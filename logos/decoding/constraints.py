@@ -22,7 +22,7 @@ import torch
 
 from logos.util.records import InputError
 
-__all__ = ["TokenTable", "GrammarRows"]
+__all__ = ["TokenTable", "GrammarRows", "task_grammar", "worker"]
 
 BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 
@@ -77,7 +77,7 @@ def task_grammar(start: str, extra_rules: str = "") -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def _worker():
+def worker():
     """The one thread that computes prefetched grammar masks."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -120,7 +120,7 @@ class GrammarRows:
         """Start computing :meth:`mask` for ``active`` in a worker thread (llguidance releases the GIL), so it
         overlaps the model's forward pass, which it does not depend on; the next :meth:`mask` call with the same
         ``active`` takes the result. No matcher may advance in between."""
-        self._pending = (list(active), _worker().submit(self._mask, list(active)))
+        self._pending = (list(active), worker().submit(self._mask, list(active)))
 
     def mask(self, active: list[bool]) -> torch.Tensor:
         """bool [B, V]: allowed tokens per row; a finished (or failed) row may only write the stop token."""

@@ -36,6 +36,7 @@ from tqdm import tqdm
 
 from logos.domains.base import WriterOptions
 from logos.decoding.sampler import NOT_WHOLE, RowResult, Sampling, StepStats, sample_batch
+from logos.generate.resample import ResampleQueue
 from logos.tasks import Task, get
 from logos.tasks.prompts import UNCONDITIONAL, Prompt, PromptOptions, build_prompts, choose_alternatives
 from logos.language.grammar import READABLE_GRAMMARS
@@ -177,47 +178,41 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
     sampling = options.sampling
     generator = torch.Generator().manual_seed(options.seed)
     whole = task.whole_document and stop_id != tok.eos_token_id and options.whole_draws > 0
-    # (prompt, resamples, whole-record draws, the last finished draw the model would not end the record after)
-    queue: list[tuple[Prompt, int, int, RowResult | None]] = [(p, 0, 0, None) for p, k in prompts for _ in range(k)]
+    queue = ResampleQueue([p for p, k in prompts for _ in range(k)], options.resamples,
+                          options.whole_draws if whole else 0)
     samples: list[Sample] = []
-    tokens = redraws = resampled = not_whole = 0
+    tokens = redraws = 0
     stats = StepStats()
     bar = tqdm(total=len(queue), unit="sample", desc=f"generate {task.name}", file=sys.stderr, dynamic_ncols=True,
                disable=None if progress is None else not progress, mininterval=0.5)
     try:
         while queue:
-            chunk, queue = queue[: options.batch_size], queue[options.batch_size:]
-            ids = [[doc_start] + tok(p.text, add_special_tokens=False)["input_ids"] for p, *_ in chunk]
-            texts = [p.text for p, *_ in chunk]
+            chunk = queue.take(options.batch_size)
+            ids = [[doc_start] + tok(a.job.text, add_special_tokens=False)["input_ids"] for a in chunk]
+            texts = [a.job.text for a in chunk]
             grammar = rows = None
             if options.constrained:
-                grammar = GrammarRows(tok, vocab_rows, [task_grammar(task.start, task.rules + "\n" + p.rules)
-                                                         for p, *_ in chunk], [x[1:] for x in ids], stop_id, model.device)
-                rows = task.rows(table, texts, [p.choices for p, *_ in chunk]) if task.rows is not None else None
+                grammars = [task_grammar(task.start, task.rules + "\n" + a.job.rules) for a in chunk]
+                grammar = GrammarRows(tok, vocab_rows, grammars, [x[1:] for x in ids], stop_id, model.device)
+                rows = task.rows(table, texts, [a.job.choices for a in chunk]) if task.rows is not None else None
             chunk_sampling = replace(sampling, max_new_tokens=length_budget(task, texts, rows,
                                                                             options.sampling.max_new_tokens))
             results = sample_batch(model, ids, pad_id, stop_id, banned, chunk_sampling, generator, grammar, rows,
                                    stats, then_id=tok.eos_token_id if whole else None)
-            for (prompt, attempt, draws, kept), r in zip(chunk, results):
+            for attempt, r in zip(chunk, results):
                 tokens += len(r.tokens)
                 redraws += r.redraws
-                if r.status == NOT_WHOLE:  # rejection sampling of whole records, bounded: the last draw is kept
+                whole_record = r.status != NOT_WHOLE  # (rejection sampling of whole records, bounded)
+                if not whole_record:
                     r.status = "done"
-                    if draws < options.whole_draws:
-                        queue.append((prompt, attempt, draws + 1, r))
-                        not_whole += 1
-                        continue
-                if r.status != "done" and attempt < options.resamples:
-                    queue.append((prompt, attempt + 1, draws, kept))
-                    resampled += 1
-                    continue
-                if r.status != "done" and kept is not None:  # a redraw that failed: the finished sample it replaced
-                    r = kept
-                samples.append(_sample(task, prompt, r, tok))
-                bar.update(1)
+                kept = queue.settle(attempt, r, r.status == "done", whole_record)
+                if kept is not None:
+                    samples.append(_sample(task, attempt.job, kept, tok))
+                    bar.update(1)
             bar.set_postfix(samples_s=f"{len(samples) / (time.perf_counter() - start):.1f}", refresh=False)
     finally:
         bar.close()
+    resampled, not_whole = queue.resampled, queue.not_whole
     ranked = finish(task, samples, out, writer_cls, options.writer, errors)
     errors.close()
     return GenerateResult(ranked, errors.count - sum(not s.written for s in ranked), time.perf_counter() - start,
