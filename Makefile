@@ -44,6 +44,7 @@ chromium:
 # Two pytest workers (pytest-xdist), one torch thread each; the import-linter layers contract first.
 test: chromium $(VENV_OK) $(NATIVE)
 	.venv/bin/lint-imports
+	.venv/bin/ruff check -q .
 	PYTHONPATH=. OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile tests
 
 # The vLLM engine (logos generate --engine vllm, logos serve) in its own venv: vLLM pins transformers and

@@ -229,7 +229,7 @@ def measure(spec: dict) -> dict:
     seconds = time.perf_counter() - start
     stats = result.stats
     per_step: dict[int, list[float]] = {}
-    for (step, row), t in timer.cells.items():
+    for (step, _row), t in timer.cells.items():
         per_step.setdefault(step, []).append(t)
     row_steps = getattr(stats, "row_steps", 0) or result.tokens
     constraint = sum(timer.cells.values())

@@ -36,13 +36,13 @@ def main() -> int:
     args = ap.parse_args()
 
     from logos.domains.reaction import parse_reaction
-    from logos.tasks.pairs import _reactions
+    from logos.tasks.pairs import read_reactions
     from logos.generate import GenerateOptions, Sampling, generate
 
-    rows = list(_reactions(args.test))
+    rows = list(read_reactions(args.test))
     picked = random.Random(args.seed).sample(rows, min(args.items, len(rows)))
     truth, lines = {}, []
-    for i, (ident, rxn, _) in enumerate(picked):
+    for i, (_ident, rxn, _) in enumerate(picked):
         reactants, _, products = parse_reaction(rxn)
         truth[f"item{i}"] = ".".join(reactants)
         lines.append(f"{'.'.join(products)} item{i}\n")

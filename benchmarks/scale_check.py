@@ -39,7 +39,6 @@ import argparse
 import csv
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess

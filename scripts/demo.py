@@ -8,7 +8,7 @@ reduced formulas of Perov-5 validation structures, which are the reference: the 
 number of formula units and its space group); MOFs. Each step runs
 through the Python API (``logos.generate.generate``: one process, the model loaded per step),
 writes ``OUT/generated/STEP.*``, is scored by ``logos.evaluate`` into ``OUT/eval/NAME/`` and
-shown on ``OUT/index.html`` (:mod:`logos.evaluate.page`). A summary table ends the run.
+shown on ``OUT/index.html`` (:mod:`logos.report.page`). A summary table ends the run.
 
 ``--samples N`` / ``--inputs K`` shrink every step (a quick check: ``--samples 1 --inputs 1``).
 """
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from transformers.utils import logging as hf_logging
 
-    from logos.evaluate.page import Step, write_page
+    from logos.report.page import Step, write_page
     from logos.generate import GenerateOptions, Sampling, generate
 
     hf_logging.disable_progress_bar()  # transformers' "Loading weights" bar, once per step: noise here

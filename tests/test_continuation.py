@@ -6,12 +6,11 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("llguidance")
 
 from logos.decoding.constraints import _lltokenizer, task_grammar  # noqa: E402
 from logos.tasks.continuation import continuation_grammar  # noqa: E402
 from logos.tasks import TASKS
-from logos.tasks.prompts import Prompt, _crystal_rules, search_rules  # noqa: E402
+from logos.tasks.prompts import Prompt, crystal_rules_for, search_rules  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 ASPIRIN = "<MoleculeS>CC(=O)Oc1ccccc1C(=O)O<MoleculeE>"
@@ -25,10 +24,10 @@ CASES = [  # (task, prompt, rules, completion)
     ("pocket", "<ProteinS>MKT<ProteinE><ProteinS>AY<ProteinE><Search>", search_rules(["MKT", "AY"]),
      "<ProteinS>M<PocketS>K<PocketE>T<ProteinE><ProteinS>AY<ProteinE>"),
     ("ligand", "<ProteinS>M<PocketS>K<PocketE>T<ProteinE>", "", ASPIRIN),
-    ("crystal", "<CrystalS>", _crystal_rules(None, None), "Cl4Na4<sg225>5.640 Na<wa> Cl<wb><CrystalE>"),
-    ("crystal", "<CrystalS>Cl4Na4", _crystal_rules(None, "Cl4Na4"), "<sg225>5.640 Na<wa> Cl<wb><CrystalE>"),
-    ("crystal", "<CrystalS>Cl4Na4<sg225>", _crystal_rules(225, "Cl4Na4"), "5.640 Na<wa> Cl<wb><CrystalE>"),
-    ("crystal", "<CrystalS>", _crystal_rules(225, None, ("Cl4Na4", "Cl8Na8")), "Cl4Na4<sg225>5.640 Na<wa> Cl<wb><CrystalE>"),
+    ("crystal", "<CrystalS>", crystal_rules_for(None, None), "Cl4Na4<sg225>5.640 Na<wa> Cl<wb><CrystalE>"),
+    ("crystal", "<CrystalS>Cl4Na4", crystal_rules_for(None, "Cl4Na4"), "<sg225>5.640 Na<wa> Cl<wb><CrystalE>"),
+    ("crystal", "<CrystalS>Cl4Na4<sg225>", crystal_rules_for(225, "Cl4Na4"), "5.640 Na<wa> Cl<wb><CrystalE>"),
+    ("crystal", "<CrystalS>", crystal_rules_for(225, None, ("Cl4Na4", "Cl8Na8")), "Cl4Na4<sg225>5.640 Na<wa> Cl<wb><CrystalE>"),
     ("mof", "<MaterialS><MetalS>", "", "Zn4O<MetalE><MoleculeS>O=C([O-])c1ccc(C(=O)[O-])cc1<MoleculeE><MaterialE>"),
     ("mof", "<MaterialS><MetalS>Zn4", "", "O<MetalE><MoleculeS>O=C([O-])c1ccc(C(=O)[O-])cc1<MoleculeE><MaterialE>"),
 ]

@@ -23,7 +23,6 @@ from logos.util.records import RecordError, WorkItem
 
 CRYSTAL = DOMAINS["crystal"]
 
-pymatgen = pytest.importorskip("pymatgen")
 from pymatgen.analysis.structure_matcher import StructureMatcher  # noqa: E402
 from pymatgen.core import Structure  # noqa: E402
 from pymatgen.symmetry.analyzer import SpacegroupAnalyzer  # noqa: E402

@@ -131,7 +131,7 @@ def test_page_renders_in_chromium_with_every_picture_and_link(demo, tmp_path):
 
 
 def test_a_cif_pymatgen_cannot_read_is_shown_not_fatal(demo, tmp_path):
-    from logos.evaluate.page import Step, write_page
+    from logos.report.page import Step, write_page
 
     out = tmp_path / "copy"
     shutil.copytree(demo, out)

@@ -91,7 +91,7 @@ def test_split_symbols():
 
 def test_llguidance_loads_the_same_grammar_file():
     """The unchanged grammar file drives llguidance with the shared tokenizer (constrained decoding)."""
-    llguidance = pytest.importorskip("llguidance")
+    import llguidance
     import llguidance.hf
     from logos.language.tokenizer import load_tokenizer
     from conftest import REPO
@@ -112,7 +112,7 @@ def test_llguidance_loads_the_same_grammar_file():
 # ---------------------------------------------------------------- per-space-group grammar (constrained decoding)
 @pytest.fixture(scope="module")
 def llg():
-    llguidance = pytest.importorskip("llguidance")
+    import llguidance
     import llguidance.hf
     from conftest import REPO
     from logos.language.tokenizer import load_tokenizer

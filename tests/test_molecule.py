@@ -112,7 +112,7 @@ def test_augment_gives_distinct_equivalent_smiles(tmp_path, run_cli):
         validate(r["text"])
         by_source.setdefault(r["source"], []).append(molecule.molecules_in_text(r["text"])[0])
     assert len(by_source) == 50
-    for source, variants in by_source.items():
+    for variants in by_source.values():
         assert len(set(variants)) == len(variants) == 4
         assert len({canon(v) for v in variants}) == 1
     out2 = tmp_path / "aug2.jsonl"

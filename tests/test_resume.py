@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest

@@ -123,11 +123,11 @@ def test_serve_answers_a_task_by_name_and_a_plain_completion(server):
     from logos.decoding.constraints import TokenTable
     from logos.tasks.continuation import continuation_grammar
     from logos.tasks import TASKS
-    from logos.tasks.prompts import Prompt, _crystal_rules
+    from logos.tasks.prompts import Prompt, crystal_rules_for
     from logos.generate.vllm_engine import request_xargs
 
     tok = AutoTokenizer.from_pretrained(str(SHIPPED))
-    task, prompt = TASKS["crystal"], Prompt("q", "<CrystalS>Cl4Na4<sg225>", _crystal_rules(225, "Cl4Na4"))
+    task, prompt = TASKS["crystal"], Prompt("q", "<CrystalS>Cl4Na4<sg225>", crystal_rules_for(225, "Cl4Na4"))
     status, plain = _post(base + "/v1/completions", {
         "model": SHIPPED.name, "prompt": prompt.text, "max_tokens": 128, "skip_special_tokens": False, "seed": 1,
         "structured_outputs": {"grammar": continuation_grammar(task, prompt)},

@@ -106,7 +106,7 @@ def server_argv(checkpoint: Path, args: argparse.Namespace, cpu: bool) -> list[s
 def _cmd_serve(args: argparse.Namespace) -> int:
     from logos.cli.limits import limits_of
     from logos.generate.serve import CHECKPOINT_ENV, SETTINGS_ENV, ServeSettings
-    from logos.generate.vllm_engine import EngineOptions, engine_environment, _on_cpu
+    from logos.generate.vllm_engine import EngineOptions, engine_environment, on_cpu
     from logos.util.records import InputError
     from logos.util.resources import resolve
 
@@ -129,7 +129,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     os.environ[CHECKPOINT_ENV] = str(checkpoint)
     os.environ[SETTINGS_ENV] = ServeSettings(limits_of(args), args.workers).to_json()
     parser = make_arg_parser(FlexibleArgumentParser(prog="logos serve"))
-    vargs = parser.parse_args(server_argv(checkpoint, args, _on_cpu()))
+    vargs = parser.parse_args(server_argv(checkpoint, args, on_cpu()))
     validate_parsed_serve_args(vargs)
     print(f"serve: {checkpoint} on http://{args.host}:{args.port} (OpenAI API at /v1, LOGOS tasks at "
           "/logos/generate)", file=sys.stderr, flush=True)

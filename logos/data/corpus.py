@@ -300,13 +300,13 @@ def write_marker(plan: SourcePlan, out_dir: Path, engine: str, records: int, rej
 def read_chunks(inputs: list[Path], domain: str | None, options: dict, limits,
                 chunk_cost: int = CHUNK_COST) -> Iterator[list]:
     """Stage *read*: the work items of ``inputs`` in order, in chunks of about CHUNK_COST (a Ray task each)."""
-    from logos.data.encode import _is_heavy, _items
+    from logos.data.encode import is_heavy, work_items
 
     chunk: list = []
     cost = 0
-    for pair in _items(inputs, domain, options, limits):
+    for pair in work_items(inputs, domain, options, limits):
         chunk.append(pair)
-        cost += HEAVY_COST if _is_heavy(pair) else 1
+        cost += HEAVY_COST if is_heavy(pair) else 1
         if cost >= chunk_cost:
             yield chunk
             chunk, cost = [], 0

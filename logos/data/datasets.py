@@ -305,7 +305,7 @@ def fetch(name: str, out: Path | None = None, limit: int | None = None, seed: in
         elif ds.layout == "cif":
             for _, record in lines:
                 ident, text = record.split("\0", 1)
-                text, n = re.subn(r"(?im)^data_\S*", lambda m: f"data_{ident}", text, count=1)
+                text, n = re.subn(r"(?im)^data_\S*", lambda m: f"data_{ident}", text, count=1)  # noqa: B023 - called here
                 fh.write((text if n else f"data_{ident}\n{text}").rstrip() + "\n\n")
         else:
             for i, line in lines:

@@ -40,7 +40,7 @@ from logos.data.limits import Limits, smiles_atoms, too_big
 from logos.util.isolate import Failure, imap_isolated
 from logos.util.records import HEADER_KEY, ErrorLog, InputError, RecordError, WorkItem, errors_path_for
 
-__all__ = ["TokenizeResult", "tokenize_files", "encode_items", "oversize"]
+__all__ = ["TokenizeResult", "tokenize_files", "encode_items", "oversize", "is_heavy", "work_items"]
 
 BATCH = 256  # light items per task sent to a worker: amortizes pickling and IPC, bounds what a crash re-runs
 
@@ -48,7 +48,7 @@ BATCH = 256  # light items per task sent to a worker: amortizes pickling and IPC
 LONG_TEXT = 2000  # characters: a longer SMILES/SDF record travels alone, like a file
 
 
-def _is_heavy(pair: tuple[str | None, WorkItem]) -> bool:
+def is_heavy(pair: tuple[str | None, WorkItem]) -> bool:
     """Items that travel alone: whole files, CIF blocks, and long records (the ones that crash or stall a
     library): the batch before them is finished and written first, and a crash re-runs nothing else."""
     p, extra = pair[1].payload, pair[1].extra
@@ -97,7 +97,7 @@ class TokenizeResult:
         return 1 if self.errors else 0
 
 
-def _items(paths: Iterable[Path], domain: str | None, options: dict,
+def work_items(paths: Iterable[Path], domain: str | None, options: dict,
            limits: Limits) -> Iterator[tuple[str | None, WorkItem]]:
     for path in paths:
         try:
@@ -157,7 +157,7 @@ def encode_items(pairs: Iterable[tuple[str | None, WorkItem]], options: dict, li
                  before_wait=None) -> Iterator[tuple[WorkItem, list[str], list[tuple[str, str]]]]:
     """(item, JSON lines of its good records, (source, reason) of its bad ones) per (domain, work item), in
     input order; the encoders run in ``workers`` isolated processes (a crash or a timeout is one bad record)."""
-    results = imap_isolated(pairs, _encode_one, workers=workers, timeout=limits.timeout, batch=BATCH, heavy=_is_heavy,
+    results = imap_isolated(pairs, _encode_one, workers=workers, timeout=limits.timeout, batch=BATCH, heavy=is_heavy,
                             init=_init_worker, initargs=(options,), before_wait=before_wait)
     try:
         for (_, item), result in results:
@@ -209,7 +209,7 @@ def tokenize_files(
         "limits": dataclasses.asdict(limits),
     }}
     n_records = n_inputs = 0
-    items = _items(paths, domain, options, limits)
+    items = work_items(paths, domain, options, limits)
     with open(out, "w", encoding="utf-8") as fh:
         fh.write(json.dumps(header) + "\n")
         fh.flush()

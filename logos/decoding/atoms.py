@@ -6,7 +6,7 @@ import functools
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["SmilesError", "ORGANIC", "AROMATIC", "BOND_ORDERS"]
+__all__ = ["SmilesError", "ORGANIC", "AROMATIC", "BOND_ORDERS", "Atom", "BRACKET", "CHARGE", "bracket_prefix", "allowed_valences"]
 
 ORGANIC = {"B": 3, "C": 4, "N": 3, "O": 2, "P": 5, "S": 6, "F": 1, "Cl": 1, "Br": 1, "I": 5}  # max valence
 AROMATIC = {"b": ("B", 3), "c": ("C", 3), "n": ("N", 3), "o": ("O", 2), "p": ("P", 3), "s": ("S", 3),
@@ -17,8 +17,8 @@ _ELEMENTS = ("He Li Be Ne Na Mg Al Si Cl Ar Ca Sc Ti Cr Mn Fe Co Ni Cu Zn Ga Ge 
              "Bi Po At Rn Fr Ra Ac Th Pa Np Pu Am Cm Bk Cf Es Fm Md No Lr H B C N O F P S K V Y I W U se as te b c n o p s")
 _BRACKET_PATTERN = (r"\[(\d{0,3})(" + "|".join(_ELEMENTS.split()) + r"|\*)(@(?:@|TH[12]|AL[12]|SP[123]|TB\d{1,2}|OH\d{1,2})?)?"
                     r"(H\d?)?([+-]\d?|\+\+|--)?(:\d{1,3})?\]")
-_BRACKET = re.compile(_BRACKET_PATTERN)
-_CHARGE = re.compile(r"[+-]\d*|\+\+|--")
+BRACKET = re.compile(_BRACKET_PATTERN)
+CHARGE = re.compile(r"[+-]\d*|\+\+|--")
 
 
 class SmilesError(ValueError):
@@ -26,7 +26,7 @@ class SmilesError(ValueError):
 
 
 @functools.lru_cache(maxsize=None)
-def _valences(symbol: str, charge: int) -> tuple[int, ...]:
+def allowed_valences(symbol: str, charge: int) -> tuple[int, ...]:
     """RDKit's allowed valences, ascending ((99,) for any); charged main-group atoms: the isoelectronic element's."""
     from rdkit import Chem
 
@@ -43,12 +43,8 @@ def _valences(symbol: str, charge: int) -> tuple[int, ...]:
     return (99,) if -1 in valences else tuple(valences)
 
 
-def _max_valence(symbol: str, charge: int) -> int:
-    return _valences(symbol, charge)[-1]
-
-
 @functools.lru_cache(maxsize=8192)
-def _bracket_prefix(text: str) -> bool:
+def bracket_prefix(text: str) -> bool:
     """Whether ``text`` can still grow into a valid bracket atom (a real element, bounded digits)."""
     import regex
 
@@ -56,7 +52,7 @@ def _bracket_prefix(text: str) -> bool:
 
 
 @dataclass(slots=True)  # compact: the sampling loop reads atoms from memory a forward pass has just evicted
-class _Atom:
+class Atom:
     capacity: int                   # largest valence (bond orders + hydrogens)
     used: int = 0
     aromatic: bool = False
@@ -84,6 +80,6 @@ class _Atom:
         fitting = [v for v in self.valences if v >= self.used]
         return bool(fitting) and fitting[0] - self.used >= 1
 
-    def copy(self) -> "_Atom":
-        return _Atom(self.capacity, self.used, self.aromatic, self.max_degree, self.in_ring, set(self.neighbours),
+    def copy(self) -> "Atom":
+        return Atom(self.capacity, self.used, self.aromatic, self.max_degree, self.in_ring, set(self.neighbours),
                      self.open_rings, self.valences, set(self.aromatic_bonds))

@@ -36,8 +36,8 @@ import re
 from dataclasses import dataclass, field
 
 from logos.decoding.aromatic import covering_matching, cycle_atoms, path_atoms, perfect_matching, unpruned
-from logos.decoding.atoms import (AROMATIC, BOND_ORDERS, ORGANIC, SmilesError, _Atom, _bracket_prefix,  # noqa: F401
-                                  _BRACKET, _CHARGE, _valences)
+from logos.decoding.atoms import (AROMATIC, BOND_ORDERS, ORGANIC, SmilesError, Atom, bracket_prefix,  # noqa: F401
+                                  BRACKET, CHARGE, allowed_valences)
 
 __all__ = ["SmilesState", "SmilesError"]
 
@@ -47,7 +47,7 @@ OPEN_CHECK = True  # refuse unfinished aromatic systems whose fixed atoms can no
 class SmilesState:
     """Where a SMILES string stands: its atoms, open rings and branches, the bond about to be made."""
 
-    atoms: list[_Atom] = field(default_factory=list)
+    atoms: list[Atom] = field(default_factory=list)
     current: int | None = None
     branches: list[int] = field(default_factory=list)
     rings: dict[str, tuple[int, int | None]] = field(default_factory=dict)  # label -> (atom, bond order)
@@ -74,7 +74,7 @@ class SmilesState:
                            self.pending, self.label_ok, self.bond_aromatic, self.settled, set(),
                            self.cycles, self.empty_branch, self.lonely, set(self.touched), self.bridges)
 
-    def _own(self, i: int) -> _Atom:
+    def _own(self, i: int) -> Atom:
         """Atom ``i``, copied first unless this state already owns it (atoms may be shared with copies)."""
         if self.owned is None:
             self.owned = set(range(len(self.atoms)))  # a fresh state owns all its atoms
@@ -166,7 +166,7 @@ class SmilesState:
                 raise SmilesError("a ring label must follow its atom")
             if ch == "[" and self.current is not None:  # whatever atom comes, the current one stops growing
                 future = self.copy()
-                future._add_atom(_Atom(99))
+                future._add_atom(Atom(99))
                 if not future.aromatic_atoms_can_close() or not future.final_systems_kekulize():
                     raise SmilesError("a next atom would strand an aromatic atom")
             self.pending = ch
@@ -176,7 +176,7 @@ class SmilesState:
             else:
                 self._aliphatic_or_aromatic(ch)
         elif ch == "*":
-            self._add_atom(_Atom(99))
+            self._add_atom(Atom(99))
         elif ch.isdigit():
             self._ring(ch)
         elif ch == "(":
@@ -221,7 +221,7 @@ class SmilesState:
         elif p in ("C", "B"):
             self.pending = ""
             if (p, ch) in (("C", "l"), ("B", "r")):
-                self._add_atom(_Atom(ORGANIC[p + ch]))
+                self._add_atom(Atom(ORGANIC[p + ch]))
             else:
                 self._aliphatic_or_aromatic(p)
                 self._char(ch)
@@ -234,7 +234,7 @@ class SmilesState:
                 self._ring(label)
         else:  # inside [...]
             self.pending += ch
-            if not _bracket_prefix(self.pending):
+            if not bracket_prefix(self.pending):
                 raise SmilesError(f"no atom starts with {self.pending!r}")
             if ch != "]" and not self._bracket_can_end(self.pending.split(":")[0]):
                 raise SmilesError(f"no valid atom starts with {self.pending!r}")
@@ -252,9 +252,9 @@ class SmilesState:
     def _aliphatic_or_aromatic(self, ch: str) -> None:
         if ch.islower():
             element, degree = AROMATIC[ch]
-            self._add_atom(_Atom(ORGANIC[element], aromatic=True, max_degree=degree, valences=_valences(element, 0)))
+            self._add_atom(Atom(ORGANIC[element], aromatic=True, max_degree=degree, valences=allowed_valences(element, 0)))
         else:
-            self._add_atom(_Atom(ORGANIC[ch], valences=_valences(ch, 0)))
+            self._add_atom(Atom(ORGANIC[ch], valences=allowed_valences(ch, 0)))
 
     def _bracket(self, text: str) -> None:
         self._add_atom(_bracket_atom(text).copy())
@@ -270,7 +270,7 @@ class SmilesState:
         order = self.bond if self.bond is not None else 1
         return free >= order and self.atoms[self.current].free >= order
 
-    def _add_atom(self, atom: _Atom) -> None:
+    def _add_atom(self, atom: Atom) -> None:
         index = len(self.atoms)
         if self.current is not None:
             order = self.bond if self.bond is not None else 1
@@ -474,16 +474,16 @@ class SmilesState:
 
 
 @functools.lru_cache(maxsize=4096)
-def _bracket_atom(text: str) -> _Atom:
+def _bracket_atom(text: str) -> Atom:
     """The atom a whole bracket atom ``text`` writes, before any bond (SmilesError if none: a bad element, charge or
     hydrogen count). Shared: callers copy it."""
-    m = _BRACKET.fullmatch(text)
+    m = BRACKET.fullmatch(text)
     if not m:
         raise SmilesError(f"bad bracket atom {text!r}")
     symbol, hydrogens, charge_text = m.group(2), m.group(4), m.group(5)
     h = 0 if not hydrogens else int(hydrogens[1:] or 1)
     charge = 0
-    for part in _CHARGE.findall(charge_text or ""):
+    for part in CHARGE.findall(charge_text or ""):
         charge += (2 if part in ("++", "--") else int(part[1:] or 1)) * (1 if part[0] == "+" else -1)
     aromatic = symbol[0].islower()
     if symbol == "*":
@@ -491,10 +491,10 @@ def _bracket_atom(text: str) -> _Atom:
     elif aromatic:
         if symbol not in AROMATIC:
             raise SmilesError(f"{symbol!r} cannot be aromatic")
-        valences = _valences(AROMATIC[symbol][0], charge)
+        valences = allowed_valences(AROMATIC[symbol][0], charge)
     else:
-        valences = _valences(symbol, charge)
-    atom = _Atom(valences[-1], used=h, aromatic=aromatic, max_degree=AROMATIC[symbol][1] if aromatic else 99,
+        valences = allowed_valences(symbol, charge)
+    atom = Atom(valences[-1], used=h, aromatic=aromatic, max_degree=AROMATIC[symbol][1] if aromatic else 99,
                  valences=valences)
     if atom.free < 0:
         raise SmilesError(f"{text} has more hydrogens than its valence allows")
@@ -512,7 +512,7 @@ def _bracket_endings(head: str) -> tuple[bool, int]:
     judged, free = False, -1
     for h in heads:
         for ending in endings:
-            if _BRACKET.fullmatch(h + ending) is None:
+            if BRACKET.fullmatch(h + ending) is None:
                 continue
             judged = True
             try:

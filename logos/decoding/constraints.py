@@ -161,6 +161,3 @@ class GrammarRows:
             m.consume_token(token)
         self._consumed[row].append(consumed)
 
-    def accepting(self, row: int) -> bool:
-        m = self.matchers[row]
-        return m.is_accepting() or m.is_stopped()

@@ -88,7 +88,7 @@ QUICK_WORK = 64      # ... and, for a row that yields, one for a candidate far f
 MAX_SEARCHES = 8     # ending searches a row that yields keeps paused (the newest candidates')
 TRIALS = 20_000  # states after a piece kept for the rows of a vocabulary (the shared prefixes of a batch and its run)
 UNDO_DEPTH = 8       # tokens a row can take back (:meth:`SmilesRow.undo`: the states before them, kept, not copied)
-WANDERING = 6    # refusals after which RDKit also checks each planned molecule ...
+RDKIT_CHECK_AFTER = 6  # refusals after which RDKit also checks each planned molecule ...
 RDKIT_ATOMS = 40  # ... of up to this many atoms (larger ones cost RDKit about a millisecond: read once they end)
 _RISKY = frozenset("[%<>~$*/\\.:")  # characters after which the state machine alone may not see a dead end
 # ... except a bracket atom that is a plain atom with its hydrogens and chirality stated ([nH], [C@@H], [O]) in a span
@@ -287,7 +287,7 @@ def _spelled(text: str) -> bool:
     nothing pending: no unexpected character, ``%`` and ``<`` followed by what they need, every bracket atom a
     prefix of a valid one and, once closed, an atom of a real element with its charge and hydrogens (the same code
     on an empty state). A piece that fails cannot be accepted after any state with nothing pending."""
-    from logos.decoding.atoms import BOND_ORDERS, _bracket_prefix
+    from logos.decoding.atoms import BOND_ORDERS, bracket_prefix
 
     pending = ""
     for ch in text:
@@ -309,7 +309,7 @@ def _spelled(text: str) -> bool:
             continue
         elif pending:  # inside [...]
             pending += ch
-            if not _bracket_prefix(pending):
+            if not bracket_prefix(pending):
                 return False
             if ch == "]":
                 try:
@@ -629,7 +629,7 @@ class SmilesRow(RowConstraint):
                 self._refusals += plan is not None or work[0] > 0  # (not when the search was cut short)
                 return False
             if len(trial.atoms) <= RDKIT_ATOMS and (vocab.risky[token] or (
-                    not near and (trial.pending not in ("", "C", "B") or self._refusals >= WANDERING))):
+                    not near and (trial.pending not in ("", "C", "B") or self._refusals >= RDKIT_CHECK_AFTER))):
                 molecule = self.smiles + vocab.text[token] + "".join(vocab.text[t] for t in plan[:-1])
                 if self.can_yield and work[0] < _rdkit_cost(trial):
                     self._waiting = ((token, remaining), trial, plan, molecule)

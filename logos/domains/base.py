@@ -162,17 +162,17 @@ class Writer(ABC):
         self._closed = False
         self.open()
 
-    def open(self) -> None:
+    def open(self) -> None:  # noqa: B027 - a hook: writers that need no opening keep it
         """Open the destination (called once by ``__init__``)."""
 
     @abstractmethod
     def write(self, record: dict) -> int:
         """Write one record's objects; returns how many."""
 
-    def finish(self) -> None:
+    def finish(self) -> None:  # noqa: B027 - a hook
         """Write what ends the file (a closing bracket) before it is closed."""
 
-    def release(self) -> None:
+    def release(self) -> None:  # noqa: B027 - a hook
         """Close the destination."""
 
     def close(self) -> None:

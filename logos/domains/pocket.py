@@ -269,7 +269,7 @@ class PocketDomain(Domain):
         return name.endswith((".pdb", ".ent"))
 
     def read(self, path: Path, opts: PocketOptions) -> Iterator[WorkItem]:
-        stem = protein._stem(path)
+        stem = protein.structure_stem(path)
         if not opts.ligand:
             yield WorkItem(str(path), {"structure": str(path)}, id=stem)
             return

@@ -49,7 +49,7 @@ _THREE = {"A": "ALA", "R": "ARG", "N": "ASN", "D": "ASP", "C": "CYS", "Q": "GLN"
           "T": "THR", "W": "TRP", "Y": "TYR", "V": "VAL", "U": "SEC", "O": "PYL", "X": "UNK"}
 
 __all__ = ["ProteinDomain", "ProteinOptions", "ParsedChain", "parse_chains", "chains_text", "chain_meta",
-           "residue_table"]
+           "residue_table", "structure_stem"]
 
 
 # ---------------------------------------------------------------- options
@@ -77,7 +77,7 @@ def is_structure(path: Path) -> bool:
     return _name(path).endswith(STRUCTURE_SUFFIXES)
 
 
-def _stem(path: Path) -> str:
+def structure_stem(path: Path) -> str:
     name = path.name
     for suffix in (".gz",) + STRUCTURE_SUFFIXES + FASTA_SUFFIXES:
         if name.lower().endswith(suffix):
@@ -327,7 +327,7 @@ class ProteinDomain(Domain):
 
     def read(self, path: Path, opts: ProteinOptions) -> Iterator[WorkItem]:
         if is_structure(path):
-            yield WorkItem(str(path), str(path), id=_stem(path), extra={"structure": True})
+            yield WorkItem(str(path), str(path), id=structure_stem(path), extra={"structure": True})
         elif _name(path).endswith(".csv"):
             yield from _read_antibody_csv(path)
         else:

@@ -10,7 +10,6 @@ One module per field, each with an in-memory ``evaluate`` that generation calls 
 - :mod:`~logos.evaluate.ligands` - drug-likeness and Vina scores;
 - :mod:`~logos.evaluate.proteins` - uniqueness, composition, length, identity to training;
 - :mod:`~logos.evaluate.reference` - cached canonical reference sets; :mod:`~logos.evaluate.report` - reports;
-- :mod:`~logos.evaluate.page` - one self-contained HTML page of a generation run's outputs (`make demo`'s);
 - :mod:`~logos.evaluate.tasks` - ``logos evaluate``: files in, report out.
 """
 

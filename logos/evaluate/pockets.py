@@ -36,7 +36,7 @@ import numpy as np
 from logos.util.records import InputError, RecordError, plain_name
 
 __all__ = ["PocketOptions", "Site", "SCHEMA_VERSION", "DEFINITIONS", "read_sites", "read_predictions",
-           "residue_scores", "evaluate", "structure_files"]
+           "residue_scores", "evaluate", "structure_files", "site_name"]
 
 SCHEMA_VERSION = 1
 DEFINITIONS = {
@@ -69,8 +69,8 @@ class Site:
     ligands: list[tuple[np.ndarray, set[ResKey]]]
 
 
-def _stem(path: Path) -> str:
-    from logos.domains.protein import _stem as protein_stem
+def site_name(path: Path) -> str:
+    from logos.domains.protein import structure_stem as protein_stem
 
     return protein_stem(path).removesuffix("_protein")
 
@@ -104,7 +104,7 @@ def read_sites(spec: Path, options: PocketOptions = PocketOptions()) -> list[Sit
             raise InputError(f"{path}: {e}") from None
         keys = [(ch.name, r.number, r.icode) for ch in st.chains for r in ch.residues]
         residues = {(ch.name, r.number, r.icode): r.coords for ch in st.chains for r in ch.residues}
-        sdf = path.parent / (_stem(path) + "_ligand.sdf")
+        sdf = path.parent / (site_name(path) + "_ligand.sdf")
         if sdf.exists():
             ligs = [m.GetConformer().GetPositions()[[a.GetIdx() for a in m.GetAtoms() if a.GetAtomicNum() > 1]]
                     for m in Chem.SDMolSupplier(str(sdf)) if m is not None]
@@ -114,7 +114,7 @@ def read_sites(spec: Path, options: PocketOptions = PocketOptions()) -> list[Sit
                  for r, res in enumerate(ch.residues)}
         ligands = [(xyz, {index[k] for k in pocket_contacts(st, xyz, options.pocket_cutoff, 0.0)}) for xyz in ligs]
         if keys:
-            sites.append(Site(_stem(path), residues, ligands))
+            sites.append(Site(site_name(path), residues, ligands))
     return sites
 
 
@@ -155,7 +155,7 @@ def _match_name(name: str, predictions: dict) -> dict[int, set[ResKey]]:
         if key in predictions:
             return predictions[key]
     for key, ranked in predictions.items():  # logos generate names a structure input's answers by its file name
-        if _stem(Path(key)) == name:
+        if site_name(Path(key)) == name:
             return ranked
     return {}
 

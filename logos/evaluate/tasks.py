@@ -191,7 +191,7 @@ def _ligand(pred, refs, train, opt, out):
     if refs is not None:
         files = pockets.structure_files(Path(refs))
         sites = pockets.read_sites(Path(refs))
-        structures = {pockets._stem(f): f for f in files}
+        structures = {pockets.site_name(f): f for f in files}
     m = ligands.evaluate(ligands.read_ligands(Path(pred)), sites, structures, ligands.LigandOptions(vina=opt.vina))
     return Report("ligand", ligands.SCHEMA_VERSION, m, ligands.DEFINITIONS), {}
 

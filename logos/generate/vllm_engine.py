@@ -38,7 +38,7 @@ from logos.generate.vllm_processor import (ARGS_KEY, COUNTS_ENV, LogosLogitsProc
 
 __all__ = ["Checkpoint", "EngineOptions", "SampleRun", "VllmReport", "close_llm", "end_probabilities",
            "engine_environment", "engine_summary", "generate_vllm", "llm_kwargs", "make_llm", "processor_class",
-           "request_xargs", "rescore", "sample_jobs"]
+           "on_cpu", "request_xargs", "rescore", "sample_jobs"]
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class EngineOptions:
     extra: dict[str, Any] = field(default_factory=dict)  # any other vllm.LLM keyword
 
 
-def _on_cpu() -> bool:
+def on_cpu() -> bool:
     try:
         from vllm.platforms import current_platform
 
@@ -68,7 +68,7 @@ def _on_cpu() -> bool:
 def processor_class(cpu: bool | None = None):
     """The processor for the model runner vLLM will use: V1 on CPU (V2 needs Triton's CPU backend), else V2
     unless ``VLLM_USE_V2_MODEL_RUNNER=0``; the variable is set so vLLM makes the same choice."""
-    cpu = _on_cpu() if cpu is None else cpu
+    cpu = on_cpu() if cpu is None else cpu
     v2 = os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "0" if cpu else "1") not in ("0", "false", "False")
     os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if v2 else "0"
     return LogosLogitsProcessor if v2 else LogosLogitsProcessorV1
@@ -83,7 +83,7 @@ def engine_environment(engine: EngineOptions) -> None:
 
 def llm_kwargs(checkpoint: Path, engine: EngineOptions, seed: int, max_len: int) -> dict:
     """Keyword arguments of ``vllm.LLM`` (and, as flags, of the OpenAI server) for a LOGOS checkpoint."""
-    cpu = _on_cpu()
+    cpu = on_cpu()
     kw: dict[str, Any] = dict(
         model=str(checkpoint), tokenizer=str(checkpoint), trust_remote_code=False, seed=seed,
         dtype="float32" if cpu else "auto", max_model_len=engine.max_model_len or max_len,

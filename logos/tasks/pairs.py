@@ -36,7 +36,7 @@ from typing import Iterator
 
 from logos.util.records import InputError, RecordError, open_text
 
-__all__ = ["PairOptions", "reaction_pairs", "split_pairs", "jsonl_pairs", "csp_pairs"]
+__all__ = ["PairOptions", "reaction_pairs", "split_pairs", "jsonl_pairs", "csp_pairs", "read_reactions"]
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class PairOptions:
     """``csp``: the prompt also gives the space group."""
 
 
-def _reactions(path: Path) -> Iterator[tuple[str, str, str | None]]:
+def read_reactions(path: Path) -> Iterator[tuple[str, str, str | None]]:
     """(id, reaction SMILES, class) of an ``.rsmi`` or USPTO-style CSV file."""
     with open_text(path) as fh:
         if path.name.endswith((".csv", ".csv.xz", ".csv.gz")):
@@ -88,7 +88,7 @@ def reaction_pairs(path: Path, options: PairOptions, errors) -> Iterator[dict]:
     from logos.domains.reaction import REACT, RETRO, parse_reaction
 
     rng = random.Random(options.seed)
-    for ident, rxn, klass in _reactions(path):
+    for ident, rxn, klass in read_reactions(path):
         try:
             reactants, _, products = parse_reaction(rxn)
         except RecordError as e:

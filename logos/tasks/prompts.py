@@ -26,7 +26,7 @@ from logos.data.limits import InputLimits, too_big, too_long, too_many_atoms, to
 from logos.util.records import InputError, RecordError, plain_name
 
 __all__ = ["Prompt", "PromptOptions", "build_prompts", "head_prompts", "reaction_prompts", "chain_prompts",
-           "crystal_prompts", "choose_alternatives", "search_rules", "UNCONDITIONAL", "MAX_CELL_ATOMS"]
+           "crystal_prompts", "choose_alternatives", "crystal_rules_for", "search_rules", "UNCONDITIONAL", "MAX_CELL_ATOMS"]
 
 MAX_CELL_ATOMS = 48
 """The largest cell (atoms) the model may choose for a formula whose number of formula units is left open."""
@@ -299,7 +299,7 @@ def chain_prompts(task, inputs: Path, n: int, errors, form: str, limits: InputLi
 
 
 @functools.lru_cache(maxsize=64)
-def _crystal_rules(space_group: int | None, composition: str | None, headers: tuple[str, ...] = ()) -> str:
+def crystal_rules_for(space_group: int | None, composition: str | None, headers: tuple[str, ...] = ()) -> str:
     from logos.decoding.crystal_rules import crystal_task_rules
 
     rules = crystal_task_rules([space_group] if space_group else None, 4, composition, headers=headers)
@@ -360,7 +360,7 @@ def _line_prompt(ident: str, formula_text: str, sg: int | None, units: int | Non
     from logos.science.materials.parse import composition_text
 
     def fixed(comp: str) -> Prompt:
-        return Prompt(ident, f"<CrystalS>{comp}" + (f"<sg{sg}>" if sg else ""), _crystal_rules(sg, comp))
+        return Prompt(ident, f"<CrystalS>{comp}" + (f"<sg{sg}>" if sg else ""), crystal_rules_for(sg, comp))
 
     formula = _formula(formula_text)
     if sg is not None and not 1 <= sg <= 230:
@@ -388,7 +388,7 @@ def _line_prompt(ident: str, formula_text: str, sg: int | None, units: int | Non
     headers = tuple(composition_text(cell_counts(formula, z)) for z in zs)
     if len(headers) == 1:  # one cell fits: the prompt, as if the line said Z=N
         return fixed(headers[0])
-    return Prompt(ident, "<CrystalS>", _crystal_rules(sg, None, headers), "|".join(headers),
+    return Prompt(ident, "<CrystalS>", crystal_rules_for(sg, None, headers), "|".join(headers),
                   tuple(fixed(h) for h in headers) if sg is not None else ())
 
 
@@ -433,7 +433,7 @@ def crystal_prompts(task, inputs: Path | None, n: int, errors, limits: InputLimi
     (``Na4Cl4 225``, written canonically as ``Cl4Na4``), as the CDVAE benchmarks give it. A line no cell can answer
     is refused here, before any sampling, with the fewest formula units that would fit."""
     if inputs is None:
-        return [(Prompt(UNCONDITIONAL, "<CrystalS>", _crystal_rules(None, None)), n)]
+        return [(Prompt(UNCONDITIONAL, "<CrystalS>", crystal_rules_for(None, None)), n)]
     limits = limits or InputLimits()
     options = options or PromptOptions()
 

@@ -157,7 +157,7 @@ def read_crystal_file(path: Path) -> Iterator[WorkItem]:
         if n == 0:
             raise InputError("no data_ block in the CIF")
     elif name.endswith(JSON_SUFFIXES):
-        for n, (ident, obj) in enumerate(_json_structures(path), 1):
+        for ident, obj in _json_structures(path):
             yield WorkItem(f"{path}:{ident}", obj, id=str(ident), extra={"format": "pymatgen"})
     elif name.endswith(TABLE_SUFFIXES):
         yield from _table_crystals(path)

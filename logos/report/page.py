@@ -410,7 +410,7 @@ def _molecules(page: _Page) -> str:
             smi = ".".join(_spans(r["text"], "Molecule"))
             distinct.setdefault(canonical(smi) or smi or r["text"], []).append(r)
         cards = []
-        for key, group in list(distinct.items())[:30]:
+        for group in list(distinct.values())[:30]:
             r = group[0]
             smi = ".".join(_spans(r["text"], "Molecule"))
             times = f" · sampled {len(group)}×" if len(group) > 1 else ""
