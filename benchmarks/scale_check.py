@@ -463,10 +463,19 @@ def _valid_smiles(path: Path) -> tuple[int, int]:
 
 
 # ----------------------------------------------------------------------------------------------- report
+def command_line(args) -> str:
+    """The command that repeats this run (the vLLM venv as ``make venv-vllm`` places it)."""
+    defaults = {"hidden": None, "layers": None, "seq_len": 256, "micro_batch": 1, "steps": 3, "molecules": 16,
+                "budget": 64}
+    given = [f"--{k.replace('_', '-')} {getattr(args, k)}" for k, v in defaults.items() if getattr(args, k) != v]
+    return " ".join(["OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/scale_check.py", *given,
+                     "--vllm-python .venv-vllm/bin/python"])
+
+
 def report(args, info: dict) -> str:
     plan, tr, ex, gen = info["plan"], info["train"], info["export"], info["generate"]
-    shape = "1B shape (pretrain/1b.yaml)" if not (args.hidden or args.layers) else \
-        f"reduced shape (hidden {args.hidden or 2048}, {args.layers or 16} layers)"
+    shape = "The 1B shape (pretrain/1b.yaml)" if not (args.hidden or args.layers) else \
+        f"A reduced shape (hidden {args.hidden or 2048}, {args.layers or 16} layers)"
     lines = [f"Measured {info['date']} at {info['commit']} on {info['cpus']} CPU cores, one torch thread per process; "
              f"load average {info['load_start']} at the start and {info['load_end']} at the end (the machine is "
              f"shared; times are upper bounds); {info['available_gib']:.1f} GiB available at the start. "
@@ -592,7 +601,7 @@ def main(argv=None) -> int:
         info.update(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), commit=commit(),
                     cpus=os.cpu_count(), load_start=load_start, load_end=loadavg(),
                     available_gib=available / GiB, seconds=time.perf_counter() - t0,
-                    command="python benchmarks/scale_check.py " + " ".join(a for a in (argv or sys.argv[1:])))
+                    command=command_line(args))
         text = report(args, info)
         print(text)
         if not args.no_write:
