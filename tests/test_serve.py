@@ -121,8 +121,11 @@ def test_records_samples_format_and_prompt_length_are_bounded():
     e = _handled({"task": "molecule", "format": ".xyz"})
     assert e.message.startswith("format .xyz: no detokenizer writes"), e.message
     e = _handled({"task": "pocket", "input": ">p\n" + "ACDEFGHIKLMNPQRSTVWY" * 20 + "\n", "input_format": ".fasta"},
-                 max_model_len=256)
+                 max_model_len=256)  # a copy task's budget is its input's length: not cut to the context
     assert e.message.startswith("input 1: a prompt of ") and "exceed the server's --max-model-len 256" in e.message
+    e = _handled({"task": "protein", "max_new_tokens": 255}, max_model_len=256)  # asked for, so not cut either
+    assert e.message == "request: a prompt of 2 tokens and a budget of 255 new tokens exceed the server's " \
+                        "--max-model-len 256", e.message
     e = _handled({"task": "pocket", "input": ">p\nAC\"DE\n", "input_format": ".fasta"})
     assert e.message.startswith("input 1: sequence has characters that are not residue letters"), e.message
     e = _handled({"task": "pocket", "input": ">p\n" + "A" * 20_000 + "\n", "input_format": ".fasta"})

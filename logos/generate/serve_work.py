@@ -118,13 +118,19 @@ def handle(channel, req: dict, limits: InputLimits, max_model_len: int, checkpoi
         prompts = choose_alternatives(prompts, ck.scorer(engine), options.seed)  # a crystal's cell, as logos generate
         channel.stage("tokenizing the prompts")
         jobs = ck.jobs(task, prompts, sampling.max_new_tokens, options.constrained)
-        if max_model_len:
+        if max_model_len:  # the model's context holds the prompt and its budget
+            fitted = []
             for prompt, ids, budget in jobs:
-                if len(ids) + budget > max_model_len:
+                room = max_model_len - len(ids)
+                if budget > room > 0 and not sampling.max_new_tokens and task.row_budget is None:
+                    budget = room  # the task's default budget, cut to the context (a copy task's is not cut)
+                elif budget > room:
                     refused.add(f"{inputs}:{prompt.record}" if prompt.record else "request",
                                 f"a prompt of {len(ids):,} tokens and a budget of {budget:,} new tokens exceed the "
                                 f"server's --max-model-len {max_model_len:,}")
+                fitted.append((prompt, ids, budget))
             refused.raise_any()
+            jobs = fitted
 
         channel.stage("sampling and checking the samples")
         res = sample_jobs(engine, ck, task, jobs, options)
