@@ -17,6 +17,7 @@ the marked section of BENCHMARKS.md.
     PYTHONPATH=. .venv/bin/python benchmarks/constraint_bench.py --before main --write
     PYTHONPATH=. .venv/bin/python benchmarks/constraint_bench.py --models tiny,random --n 64
     PYTHONPATH=. .venv/bin/python benchmarks/constraint_bench.py --models 100m --n 32   # long
+    PYTHONPATH=. .venv/bin/python benchmarks/constraint_bench.py --before main --rounds 4   # a busy machine: medians
 """
 
 from __future__ import annotations
@@ -296,6 +297,28 @@ def _child(tree: Path, spec: dict, timeout: float) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+SUMMED = ("samples", "done", "written", "resampled", "redraws", "tokens", "steps", "row_steps", "yields", "idle_steps",
+          "undos", "rdkit_valid", "copied")
+
+
+def _merged(runs: list[dict]) -> dict:
+    """The rounds of one measurement as one: the counts summed, the rates (samples/s, microseconds) their medians."""
+    import statistics
+
+    if len(runs) == 1 or any("error" in r for r in runs):
+        return next((r for r in runs if "error" in r), runs[0])
+    out = {}
+    for key, value in runs[0].items():
+        values = [r[key] for r in runs]
+        if key in SUMMED:
+            out[key] = sum(values)
+        elif key == "crystal":
+            out[key] = {k: sum(v[k] for v in values) for k in value}
+        elif isinstance(value, (int, float)):
+            out[key] = statistics.median(values)
+    return out
+
+
 def _fmt(r: dict, key: str, digits: int = 1) -> str:
     return "-" if "error" in r or key not in r else f"{r[key]:,.{digits}f}"
 
@@ -341,6 +364,8 @@ def main() -> None:
                                                     "(default: the tree's; 0 keeps the first finished molecule)")
     ap.add_argument("--row-work", type=int, default=0, help="constraint work units per row and step before a row "
                     "yields (0: each tree's default)")
+    ap.add_argument("--rounds", type=int, default=1, help="rounds per task, the trees alternating within each (round r "
+                    "samples with seed + r): medians of the rates, sums of the counts")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per measurement")
     ap.add_argument("--write", action="store_true", help="rewrite the marked section of BENCHMARKS.md")
     args = ap.parse_args()
@@ -361,31 +386,36 @@ def main() -> None:
         for task, n, budget, inputs in PLANS[model]:
             if task not in args.tasks.split(","):
                 continue
-            for tree_name, tree in trees:
-                got = {}
-                for constrained in (True, False):
-                    if checkpoint is None:
-                        checkpoint = str(checkpoint_for(model, work, args.tiny))
-                    per_model = {"tiny": args.n, "random": args.n_random, "100m": args.n_100m}[model]
-                    spec = {"task": task, "n": n or per_model, "budget": budget, "inputs": inputs, "model": model,
-                            "checkpoint": checkpoint, "constrained": constrained, "seed": args.seed,
-                            "resamples": args.resamples, "work": str(work), "tree_name": tree_name.split()[0],
-                            "whole_draws": args.whole_draws, "row_work": args.row_work}
-                    if task != "molecule" and not constrained:
-                        got[False] = {"error": "not measured"}
-                        continue
-                    got[constrained] = _child(tree, spec, args.timeout)
-                line = _row(tree_name, model, task, got[True], got[False])
+            runs: dict[str, dict[bool, list[dict]]] = {name: {True: [], False: []} for name, _ in trees}
+            for r in range(args.rounds):
+                for tree_name, tree in trees:
+                    for constrained in (True, False):
+                        if checkpoint is None:
+                            checkpoint = str(checkpoint_for(model, work, args.tiny))
+                        per_model = {"tiny": args.n, "random": args.n_random, "100m": args.n_100m}[model]
+                        spec = {"task": task, "n": n or per_model, "budget": budget, "inputs": inputs, "model": model,
+                                "checkpoint": checkpoint, "constrained": constrained, "seed": args.seed + r,
+                                "resamples": args.resamples, "work": str(work), "tree_name": tree_name.split()[0],
+                                "whole_draws": args.whole_draws, "row_work": args.row_work}
+                        if task != "molecule" and not constrained:
+                            runs[tree_name][False].append({"error": "not measured"})
+                            continue
+                        runs[tree_name][constrained].append(_child(tree, spec, args.timeout))
+                        print("  " + json.dumps(runs[tree_name][constrained][-1]), file=sys.stderr, flush=True)
+            for tree_name, _ in trees:
+                line = _row(tree_name, model, task, _merged(runs[tree_name][True]), _merged(runs[tree_name][False]))
                 lines.append(line)
                 print(line, flush=True)
-                print("  " + json.dumps(got[True]), file=sys.stderr, flush=True)
     if args.write:
         cmd = "PYTHONPATH=. .venv/bin/python benchmarks/constraint_bench.py " + " ".join(
             a for a in sys.argv[1:] if a != "--write") + " --write"
         body = (f"<!-- {MARK} -->\n### Decoding constraints: cost per row per step, rows that end\n\n"
                 f"Written by `benchmarks/constraint_bench.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
                 f" ({time.time() - started:.0f} s); batch 16, one torch thread, temperature 1; every measurement in"
-                f" its own process after a one-sample warm-up (grammar compile, imports).\n\n```\n{cmd}\n```\n\n"
+                f" its own process after a one-sample warm-up (grammar compile, imports)"
+                + (f"; {args.rounds} rounds, the trees alternating within each (round r: seed {args.seed} + r): "
+                   "samples/s and microseconds are the medians of the rounds, the counts their sums"
+                   if args.rounds > 1 else "") + f".\n\n```\n{cmd}\n```\n\n"
                 + GUIDE + "\n\n" + "\n".join(lines) +
                 f"\n<!-- /{MARK} -->")
         path = REPO / "BENCHMARKS.md"
