@@ -207,13 +207,9 @@ def main() -> int:
     text = "\n".join(lines)
     print(text)
     if not args.no_write:
-        path = REPO / "BENCHMARKS.md"
-        doc = path.read_text()
-        if BEGIN in doc:
-            doc = doc[:doc.index(BEGIN)] + text + doc[doc.index(END) + len(END):]
-        else:
-            doc = doc.rstrip("\n") + "\n\n" + text + "\n"
-        path.write_text(doc)
+        from sections import write_section
+
+        write_section(text, BEGIN, END)
     return 0
 
 

@@ -173,13 +173,9 @@ def main(argv=None) -> int:
     text = "\n".join(section)
     print(text)
     if not args.no_write:
-        path = REPO / "BENCHMARKS.md"
-        doc = path.read_text()
-        if BEGIN in doc:
-            doc = doc[:doc.index(BEGIN)] + text + doc[doc.index(END) + len(END):]
-        else:
-            doc = doc.rstrip("\n") + "\n\n## Built-in engine against vLLM (CPU)\n\n" + text + "\n"
-        path.write_text(doc)
+        from sections import write_section
+
+        write_section(text, BEGIN, END, "## Built-in engine against vLLM (CPU)")
     return 0
 
 
