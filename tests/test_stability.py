@@ -196,3 +196,19 @@ def test_relax_flag_needs_a_crystal_task_and_a_cif_output(tmp_path, capsys):
 
     assert main(["generate", "--task", "molecule", "-n", "1", "-o", str(tmp_path / "m.smi"), "--relax"]) == 2
     assert "--relax goes with --task crystal" in capsys.readouterr().err
+
+
+def test_a_relaxation_past_the_hard_limit_costs_that_structure_only(scored, cache):
+    """A relaxation that runs on (here: a force tolerance it cannot reach, steps and seconds unbounded) is killed at
+    ``timeout`` and written as one error; the structure relaxed before it keeps its result."""
+    from logos.evaluate.crystals import Item
+    from logos.evaluate.stability import RelaxOptions, relax_items
+
+    done = next(it for it in scored["items"] if it.id == "HgS-absurd")  # isolated atoms: no force, done at once
+    hgs = next(it for it in scored["items"] if it.id == "HgS-rattled")
+    endless = Item("endless", 1, (np.array(hgs.matrix) * 1.03).tolist(), list(hgs.species), hgs.frac)
+    options = RelaxOptions(fmax=1e-9, steps=10**6, seconds=10**6, timeout=8.0, workers=1)
+    results, counts = relax_items([done, endless], options)
+    assert "error" not in results[0] and results[0]["converged"]
+    assert "stopped after 8 s" in results[1]["error"]
+    assert counts["failed"] == 1

@@ -269,7 +269,8 @@ def relax_items(items: list[Item], options: RelaxOptions = RelaxOptions(), weigh
     for task, res in (imap_isolated(tasks, _relax_one, workers=workers, timeout=options.hard_timeout, batch=1,
                                     init=_start_worker, context="spawn") if tasks else ()):
         if isinstance(res, Failure):
-            res = {"error": f"relaxation {res.reason}"}
+            res = {"error": (f"relaxation stopped after {options.hard_timeout:g} s: the worker ran past the hard limit "
+                             "and was killed" if res.reason.startswith("timed out") else f"relaxation {res.reason}")}
         if "error" in res:
             counts["failed"] += len(todo[task["key"]])
         else:
