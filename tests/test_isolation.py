@@ -1,4 +1,5 @@
-"""Isolation of the tokenize path: hostile records cost one error line each, never the run, the good records or the time."""
+"""Isolation of the tokenize and generate-input paths: hostile records cost one error line each, never the run, the good
+records or the time; one isolated call from an event loop (a server request) likewise."""
 
 from __future__ import annotations
 
@@ -269,3 +270,39 @@ def test_messages_larger_than_a_pipe_travel_whole_both_ways():
         return message * 2
 
     assert _run(lambda: call_isolated(_asks_big, 3_000_000, answer=answer, timeout=60)) == 6_000_000
+
+
+# ------------------------------------------------------------------ logos generate --input: the same bounds
+def _generate(src, out, *flags, timeout=600):
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "logos.cli", "generate", "--task", "forward", "--input", src, "-n", "1",
+                           "--max-new-tokens", "16", "--resamples", "0", "-o", out, "-q", *map(str, flags)],
+                          capture_output=True, text=True, timeout=timeout, env=ENV)
+    errors = {e["source"]: e["reason"] for e in map(json.loads, out.with_name(out.name + ".errors.jsonl")
+                                                     .read_text().splitlines()) if ":" in e["source"]}
+    samples = [json.loads(l) for l in out.with_name(out.stem + ".samples.jsonl").read_text().splitlines()]
+    return proc, errors, samples, time.monotonic() - start
+
+
+def test_generate_input_refuses_a_megabyte_smiles_before_rdkit_and_keeps_the_good_records(tmp_path):
+    src = tmp_path / "reactants.smi"
+    src.write_text("CCO.CC(=O)O ester\n" + "C" * 1_000_000 + "\nC1CC(\n" + "C" * 5_000 + "\n")
+    proc, errors, samples, _ = _generate(src, tmp_path / "out.rsmi")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert errors == {f"{src}:2": "1,000,000 characters, more than --max-chars 100,000 (not parsed)",
+                      f"{src}:3": "invalid SMILES 'C1CC(': SMILES parse error at position 5: syntax error",
+                      f"{src}:4": "5,000 atoms, more than --max-atoms 1,000 (not parsed)"}
+    assert [s["id"] for s in samples] == ["ester"]
+
+
+def test_generate_input_isolates_a_library_crash_or_stall_to_its_record(tmp_path):
+    """The limits off: RDKit really reads a 20,000-atom chain (a crash, or a stall past --timeout); that record is
+    refused with the reason, the good one is generated, the run ends."""
+    src = tmp_path / "reactants.smi"
+    src.write_text("C" * 20_000 + "\nCCO.CC(=O)O ester\n")
+    proc, errors, samples, seconds = _generate(src, tmp_path / "out.rsmi", "--max-atoms", 0, "--max-chars", 0,
+                                               "--timeout", 5)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert list(errors) == [f"{src}:1"]
+    assert "timed out after 5 s" in errors[f"{src}:1"] or "crash" in errors[f"{src}:1"], errors
+    assert [s["id"] for s in samples] == ["ester"]
