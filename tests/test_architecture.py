@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent / "logos"
 LAYERS: list[tuple[str, ...]] = [
     ("cli",),
     ("api",),
-    ("finetune",),
+    ("finetune", "report"),
     ("generate", "evaluate"),
     ("tasks",),
     ("decoding", "train"),

@@ -5,7 +5,7 @@ Engine options are passed through: ``--tensor-parallel-size``, ``--data-parallel
 ``--ray-address`` (a Ray cluster for multi-node; on CPU one process), and any other vLLM server flag
 after ``--``. The input limits (``--timeout``, ``--max-atoms``, ``--max-mb``, ``--max-chars``,
 ``--max-residues``, ``--max-records``) are those of ``logos tokenize`` and ``logos generate``, with a
-server's defaults (:data:`logos.generate.serve.SERVE_LIMITS`), and ``--workers`` bounds the requests
+server's defaults (:data:`logos.data.limits.SERVE_LIMITS`), and ``--workers`` bounds the requests
 at work at once (:mod:`logos.generate.serve`).
 """
 
@@ -68,7 +68,7 @@ def add_serve_parser(sub, default_checkpoint: str) -> None:
                    help="requests worked on at once, each in its own isolated process (the others wait their turn; "
                         "default 16)")
     from logos.cli.limits import add_limit_arguments
-    from logos.generate.serve import SERVE_LIMITS
+    from logos.data.limits import SERVE_LIMITS
 
     add_limit_arguments(p, helps={  # a request's input bounded as tokenize bounds a file
         "timeout": "seconds of a request's own work (in its isolated process; waits for the engine do not count) "

@@ -22,7 +22,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Limits", "InputLimits", "smiles_atoms", "too_many_atoms", "too_long", "too_many_residues", "too_big"]
+__all__ = ["Limits", "InputLimits", "smiles_atoms", "too_many_atoms", "too_long", "too_many_residues", "too_big",
+           "SERVE_LIMITS"]
+
+SERVE_LIMITS = {"max_mb": 16.0, "max_records": 64}  # logos serve's defaults where a request differs from a file
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ import os
 from dataclasses import asdict
 
 from logos.tasks.prompts import MAX_CELL_ATOMS
-from logos.data.limits import InputLimits
+from logos.data.limits import SERVE_LIMITS, InputLimits
 
 __all__ = ["LogosEndpoints", "DEFAULT_FORMATS", "RequestError", "ServeSettings", "parse_request", "SETTINGS_ENV",
            "CHECKPOINT_ENV", "MAX_SAMPLES", "SERVE_LIMITS", "INPUT_FORMATS", "FIELDS"]
@@ -48,7 +48,6 @@ __all__ = ["LogosEndpoints", "DEFAULT_FORMATS", "RequestError", "ServeSettings",
 CHECKPOINT_ENV = "LOGOS_SERVE_CHECKPOINT"  # the checkpoint logos serve serves (read by the routes and the fork server)
 SETTINGS_ENV = "LOGOS_SERVE_SETTINGS"      # the limits and workers of logos serve (JSON of ServeSettings)
 MAX_SAMPLES = 1024  # samples one request may ask for (n, or n per input times the inputs)
-SERVE_LIMITS = {"max_mb": 16.0, "max_records": 64}  # logos serve's defaults where a request differs from a file
 
 DEFAULT_FORMATS = {"molecule": ".smi", "forward": ".rsmi", "retro": ".rsmi", "reaction": ".rsmi",
                    "protein": ".fasta", "antibody": ".fasta", "pocket": ".pocket.json", "ligand": ".sdf",
