@@ -41,7 +41,7 @@ chromium:
 		fi; \
 	fi
 
-# Two pytest workers (pytest-xdist), one torch thread each; the import-linter layers contract first.
+# Two pytest workers (pytest-xdist), one torch thread each; the import-linter layers contract and ruff first.
 test: chromium $(VENV_OK) $(NATIVE)
 	.venv/bin/lint-imports
 	.venv/bin/ruff check -q .
