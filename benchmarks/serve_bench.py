@@ -44,7 +44,12 @@ def _post(url: str, body: dict, timeout: float = 1800) -> tuple[int, dict, float
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, json.loads(r.read()), time.monotonic() - start
     except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}"), time.monotonic() - start
+        raw = e.read()
+        try:
+            reply = json.loads(raw or b"{}")
+        except ValueError:
+            reply = {"error": raw.decode(errors="replace")}
+        return e.code, reply, time.monotonic() - start
 
 
 def _free_port() -> int:
@@ -121,9 +126,9 @@ def main() -> int:
             proc.wait(timeout=120)
             sigterm = time.monotonic() - t
             try:
-                busy.result(timeout=30)
+                told = busy.result(timeout=30)[0]  # the request at work: answered 503
             except OSError:
-                pass
+                told = "connection closed"
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -141,7 +146,8 @@ def main() -> int:
         ("the 1 MB SMILES: status, seconds", f"{hostile[0]}, {hostile[2]:.2f} s"),
         ("/health during the load: answers, median / slowest",
          f"{len(health)}, {statistics.median(health) * 1000:.0f} / {max(health) * 1000:.0f} ms"),
-        ("SIGTERM with a 64-sample request at work: stopped after", f"{sigterm:.1f} s"),
+        ("SIGTERM with a 64-sample request at work: stopped after (that request's answer)",
+         f"{sigterm:.1f} s ({told})"),
     ]
     section = [BEGIN, "",
                f"Measured {when} at {commit} on 2 CPU cores shared with other jobs (load average "

@@ -23,8 +23,8 @@ own work is limited to ``--timeout`` seconds (waits for the engine do not count)
 is a 422 naming the input and the reason (``input 2: invalid SMILES 'C1CC(': SMILES parse error at
 position 5: syntax error``, ``input 1: space group 999: not in 1-230``), as is a library that crashes
 or stalls on it; at most ``--workers`` requests are worked on at once, the others wait their turn, and
-``/health`` and other requests go on meanwhile. On SIGTERM or Ctrl-C the requests still running are
-cancelled after a few seconds and their processes killed.
+``/health`` and other requests go on meanwhile. On SIGTERM or Ctrl-C the requests at work or waiting
+are answered 503 at once and their processes killed.
 
 The same guarantees as ``logos generate --engine vllm``: the task grammar as a structured output,
 the chemistry and the composition through the logits processor, every row checked again and
@@ -241,6 +241,32 @@ async def _read_body(request, max_mb: float) -> bytes:
 
 
 async def _work(state, req: dict) -> dict:
+    """The request's work (:func:`_isolated_work`), answered 503 as soon as the server is shutting down."""
+    import asyncio
+
+    work = asyncio.ensure_future(_isolated_work(state, req))
+    stop = asyncio.ensure_future(_shutting_down(state))
+    try:
+        await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        if not work.done():
+            work.cancel()  # its process is killed
+            await asyncio.gather(work, return_exceptions=True)
+    if work.cancelled():
+        raise RequestError(503, "the server is shutting down")
+    return work.result()
+
+
+async def _shutting_down(state) -> None:
+    """Returns once the server has been told to stop (SIGTERM, Ctrl-C: vLLM sets its HTTP server's ``should_exit``)."""
+    import asyncio
+
+    while not getattr(getattr(state, "server", None), "should_exit", False):
+        await asyncio.sleep(0.2)
+
+
+async def _isolated_work(state, req: dict) -> dict:
     """The request's own work in an isolated process (:mod:`logos.generate.serve_work`), the engine driven here."""
     from logos.util.isolate import IsolatedFailure, call_isolated
 
