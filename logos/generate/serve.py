@@ -303,5 +303,7 @@ async def _engine(engine_client, message) -> list:
     except asyncio.CancelledError:
         raise
     except Exception as e:  # noqa: BLE001 - told to the request's process as one line it can carry back
-        raise RequestError(503 if "dead" in type(e).__name__.lower() else 500,
-                           f"the engine refused the request: {type(e).__name__}: {e}") from None
+        if "dead" in type(e).__name__.lower():  # vLLM's EngineDeadError: stopped by SIGTERM or Ctrl-C, or failed
+            raise RequestError(503, "the engine has stopped: the server is shutting down, or its engine failed "
+                                    "(see the server's log)") from None
+        raise RequestError(500, f"the engine refused the request: {type(e).__name__}: {e}") from None
