@@ -133,6 +133,8 @@ def main() -> int:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     load_after = os.getloadavg()
+    refusal = hostile[1].get("error")
+    refusal = refusal if isinstance(refusal, str) else json.dumps(refusal)
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                             text=True).stdout.strip()
@@ -157,7 +159,7 @@ def main() -> int:
                "```", "", "| measure | value |", "|---|---:|"] + [f"| {k} | {v} |" for k, v in rows] + [
                "", f"The good requests: {', '.join(k['task'] for k in KINDS)} in turn, one sample each, at most 48 new "
                f"tokens, one resample; the hostile one is refused by `--max-chars` before any library reads it, "
-               f"with its input named: `{hostile[1].get('error', '')[:90]}`.", "", END]
+               f"with its input named: `{refusal[:90]}`.", "", END]
     text = "\n".join(section)
     print(text)
     if not args.no_write:

@@ -279,10 +279,14 @@ async def _isolated_work(state, req: dict) -> dict:
                                        answer=lambda message: _engine(state.logos_engine, message))
         except IsolatedFailure as e:
             if e.stage and e.stage.startswith("input "):  # a library crashed or stalled on this input record
-                raise RequestError(422, f"{e.stage}: refused: {e.reason} while it was read (--timeout "
-                                        f"{settings.limits.timeout:g})",
-                                   [{"input": int(e.stage.split()[1]), "reason": e.reason}]) from None
+                reason = f"reading it {e.reason}"  # "timed out after 60 s", "crashed (killed by SIGSEGV)"
+                raise RequestError(422, f"{e.stage}: refused: {reason}",
+                                   [{"input": int(e.stage.split()[1]), "reason": reason}]) from None
             raise RequestError(500, f"the request's work {e.reason} while {e.stage or 'starting'}") from None
+        except RequestError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a bug or a broken install: one line, the server goes on
+            raise RequestError(500, f"the request failed: {type(e).__name__}: {e}") from None
 
 
 async def _engine(engine_client, message) -> list:
