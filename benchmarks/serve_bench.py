@@ -1,4 +1,4 @@
-"""``logos serve`` under load: 64 concurrent requests with a hostile one, ``/health`` meanwhile, SIGTERM with work running.
+"""``logos serve`` under load: 64 concurrent requests with a hostile one, ``/health`` meanwhile, SIGTERM at work.
 
 Starts ``logos serve`` on the shipped checkpoint on a free loopback port (vLLM on CPU), sends one request of
 each kind to warm it, then ``--concurrent`` requests at once from as many client threads: good ones of six
@@ -32,6 +32,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- serve bench -->", "<!-- /serve bench -->"
+COMMAND = "OMP_NUM_THREADS=1 VLLM_CPU_OMP_THREADS_BIND=nobind .venv-vllm/bin/python benchmarks/serve_bench.py"
 KINDS = [{"task": "molecule"}, {"task": "crystal", "input": "Na4Cl4 225"}, {"task": "retro", "input": "CCOC(C)=O"},
          {"task": "forward", "input": "CCO.CC(=O)O"}, {"task": "mof"}, {"task": "protein"}]
 SMALL = {"n": 1, "max_new_tokens": 48, "resamples": 1, "whole_draws": 0}
@@ -155,8 +156,7 @@ def main() -> int:
                f"Measured {when} at {commit} on 2 CPU cores shared with other jobs (load average "
                f"{load_before[0]:.1f} before, {load_after[0]:.1f} after: the latencies are this machine's, not the "
                f"server's best), shipped tiny checkpoint, vLLM on CPU, `--workers {args.workers}`, loopback:", "",
-               "```", "OMP_NUM_THREADS=1 VLLM_CPU_OMP_THREADS_BIND=nobind .venv-vllm/bin/python benchmarks/serve_bench.py",
-               "```", "", "| measure | value |", "|---|---:|"] + [f"| {k} | {v} |" for k, v in rows] + [
+               "```", COMMAND, "```", "", "| measure | value |", "|---|---:|"] + [f"| {k} | {v} |" for k, v in rows] + [
                "", f"The good requests: {', '.join(k['task'] for k in KINDS)} in turn, one sample each, at most 48 new "
                f"tokens, one resample; the hostile one is refused by `--max-chars` before any library reads it, "
                f"with its input named: `{refusal[:90]}`.", "", END]

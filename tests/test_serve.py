@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import multiprocessing as mp
-import os
 import time
 from types import SimpleNamespace
 
