@@ -1,4 +1,4 @@
-"""``logos serve`` under load: 64 concurrent requests with a hostile one, ``/health`` meanwhile, SIGTERM with work running.
+"""``logos serve`` under load: 64 concurrent requests with a hostile one, ``/health`` meanwhile, SIGTERM at work.
 
 Starts ``logos serve`` on the shipped checkpoint on a free loopback port (vLLM on CPU), sends one request of
 each kind to warm it, then ``--concurrent`` requests at once from as many client threads: good ones of six
@@ -32,6 +32,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- serve bench -->", "<!-- /serve bench -->"
+COMMAND = "OMP_NUM_THREADS=1 VLLM_CPU_OMP_THREADS_BIND=nobind .venv-vllm/bin/python benchmarks/serve_bench.py"
 KINDS = [{"task": "molecule"}, {"task": "crystal", "input": "Na4Cl4 225"}, {"task": "retro", "input": "CCOC(C)=O"},
          {"task": "forward", "input": "CCO.CC(=O)O"}, {"task": "mof"}, {"task": "protein"}]
 SMALL = {"n": 1, "max_new_tokens": 48, "resamples": 1, "whole_draws": 0}
@@ -44,7 +45,12 @@ def _post(url: str, body: dict, timeout: float = 1800) -> tuple[int, dict, float
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, json.loads(r.read()), time.monotonic() - start
     except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}"), time.monotonic() - start
+        raw = e.read()
+        try:
+            reply = json.loads(raw or b"{}")
+        except ValueError:
+            reply = {"error": raw.decode(errors="replace")}
+        return e.code, reply, time.monotonic() - start
 
 
 def _free_port() -> int:
@@ -121,13 +127,15 @@ def main() -> int:
             proc.wait(timeout=120)
             sigterm = time.monotonic() - t
             try:
-                busy.result(timeout=30)
+                told = busy.result(timeout=30)[0]  # the request at work: answered 503
             except OSError:
-                pass
+                told = "connection closed"
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     load_after = os.getloadavg()
+    refusal = hostile[1].get("error")
+    refusal = refusal if isinstance(refusal, str) else json.dumps(refusal)
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                             text=True).stdout.strip()
@@ -141,17 +149,17 @@ def main() -> int:
         ("the 1 MB SMILES: status, seconds", f"{hostile[0]}, {hostile[2]:.2f} s"),
         ("/health during the load: answers, median / slowest",
          f"{len(health)}, {statistics.median(health) * 1000:.0f} / {max(health) * 1000:.0f} ms"),
-        ("SIGTERM with a 64-sample request at work: stopped after", f"{sigterm:.1f} s"),
+        ("SIGTERM with a 64-sample request at work: stopped after (that request's answer)",
+         f"{sigterm:.1f} s ({told})"),
     ]
     section = [BEGIN, "",
                f"Measured {when} at {commit} on 2 CPU cores shared with other jobs (load average "
                f"{load_before[0]:.1f} before, {load_after[0]:.1f} after: the latencies are this machine's, not the "
                f"server's best), shipped tiny checkpoint, vLLM on CPU, `--workers {args.workers}`, loopback:", "",
-               "```", "OMP_NUM_THREADS=1 VLLM_CPU_OMP_THREADS_BIND=nobind .venv-vllm/bin/python benchmarks/serve_bench.py",
-               "```", "", "| measure | value |", "|---|---:|"] + [f"| {k} | {v} |" for k, v in rows] + [
+               "```", COMMAND, "```", "", "| measure | value |", "|---|---:|"] + [f"| {k} | {v} |" for k, v in rows] + [
                "", f"The good requests: {', '.join(k['task'] for k in KINDS)} in turn, one sample each, at most 48 new "
                f"tokens, one resample; the hostile one is refused by `--max-chars` before any library reads it, "
-               f"with its input named: `{hostile[1].get('error', '')[:90]}`.", "", END]
+               f"with its input named: `{refusal[:90]}`.", "", END]
     text = "\n".join(section)
     print(text)
     if not args.no_write:

@@ -3,8 +3,8 @@
 The demo (``scripts/demo.py``, one sample and one input per task) writes ``index.html``; Chromium loads a
 copy of it with a small script that records, after the load event, which sections exist, which
 pictures decoded (``naturalWidth > 0``) and where every link points; the test then checks those
-files exist and that a screenshot of the page is not blank. Chromium is required (`make test` installs it when it runs as root):
-without it the test fails rather than skips.
+files exist and that a screenshot of the page is not blank. Chromium is required (`make test` installs it when it
+runs as root): without it the test fails rather than skips.
 """
 
 from __future__ import annotations

@@ -275,8 +275,8 @@ def test_messages_larger_than_a_pipe_travel_whole_both_ways():
 # ------------------------------------------------------------------ logos generate --input: the same bounds
 def _generate(src, out, *flags, timeout=600):
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "logos.cli", "generate", "--task", "forward", "--input", src, "-n", "1",
-                           "--max-new-tokens", "16", "--resamples", "0", "-o", out, "-q", *map(str, flags)],
+    proc = subprocess.run([sys.executable, "-m", "logos.cli", "generate", "--task", "forward", "--input", src,
+                           "-n", "1", "--max-new-tokens", "16", "--resamples", "0", "-o", out, "-q", *map(str, flags)],
                           capture_output=True, text=True, timeout=timeout, env=ENV)
     errors = {e["source"]: e["reason"] for e in map(json.loads, out.with_name(out.name + ".errors.jsonl")
                                                      .read_text().splitlines()) if ":" in e["source"]}

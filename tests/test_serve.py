@@ -170,3 +170,26 @@ def test_a_stalled_library_costs_the_request_its_time_limit_not_the_loop(monkeyp
     assert e.refused[0]["input"] == 2
     assert seconds < 90 and ticks >= seconds * 5  # the loop ran all along
     assert not [p for p in mp.active_children() if p.is_alive() and p.name != "SyncManager"]  # nothing left behind
+
+
+def test_a_body_is_read_up_to_max_mb_whether_or_not_its_length_is_announced():
+    from logos.generate.serve import _read_body
+
+    class _Request:
+        def __init__(self, size, announced):
+            self.headers = {"content-length": str(size)} if announced else {}
+            self.size, self.read = size, 0
+
+        async def stream(self):
+            while self.read < self.size:
+                self.read += 64_000
+                yield b"x" * 64_000
+
+    small = _Request(500_000, announced=False)
+    assert len(asyncio.run(_read_body(small, 1.0))) == 512_000
+    for announced in (True, False):
+        big = _Request(50_000_000, announced)
+        with pytest.raises(RequestError) as e:
+            asyncio.run(_read_body(big, 1.0))
+        assert e.value.status == 413 and "more than --max-mb 1" in e.value.message
+        assert big.read <= 1_100_000  # refused unread (announced) or as soon as the limit is passed

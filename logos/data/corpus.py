@@ -101,7 +101,8 @@ class CorpusConfig:
     workers: int = 2
     """Encoder processes per source (local engine; the Ray engine uses one isolated process per Ray CPU)."""
     limits: dict = field(default_factory=dict)
-    """Per-record limits of ``logos tokenize`` (``timeout``, ``max_atoms``, ``max_mb``; :class:`logos.data.limits.Limits`)."""
+    """Per-record limits of ``logos tokenize`` (``timeout``, ``max_atoms``, ``max_mb``;
+    :class:`logos.data.limits.Limits`)."""
 
     def __post_init__(self):
         self.sources = [s if isinstance(s, Source) else Source(**s) for s in self.sources]

@@ -97,8 +97,8 @@ def prepare_data(recipe: Recipe, echo) -> tuple[Path, int]:
         n, val_files = _write_pairs(recipe, out, errors)
     finally:
         errors.close()
-    echo(f"finetune: {n:,} {'+'.join(p['task'] for p in _parts(recipe))} pairs" + (f", {errors.count} records refused (see {errors.path})"
-                                               if errors.count else ""))
+    echo(f"finetune: {n:,} {'+'.join(p['task'] for p in _parts(recipe))} pairs"
+         + (f", {errors.count} records refused (see {errors.path})" if errors.count else ""))
     pack([out / "pairs.jsonl"], _tokenizer_of(recipe), shards, val_fraction=f.val_fraction,
          val_inputs=val_files or None, seed=recipe.train.seed, progress=False)
     return shards, n

@@ -25,8 +25,8 @@ own work is limited to ``--timeout`` seconds (waits for the engine do not count)
 is a 422 naming the input and the reason (``input 2: invalid SMILES 'C1CC(': SMILES parse error at
 position 5: syntax error``, ``input 1: space group 999: not in 1-230``), as is a library that crashes
 or stalls on it; at most ``--workers`` requests are worked on at once, the others wait their turn, and
-``/health`` and other requests go on meanwhile. On SIGTERM or Ctrl-C the requests still running are
-cancelled after a few seconds and their processes killed.
+``/health`` and other requests go on meanwhile. On SIGTERM or Ctrl-C the requests at work or waiting
+are answered 503 at once and their processes killed.
 
 The same guarantees as ``logos generate --engine vllm``: the task grammar as a structured output,
 the chemistry and the composition through the logits processor, every row checked again and
@@ -245,6 +245,32 @@ async def _read_body(request, max_mb: float) -> bytes:
 
 
 async def _work(state, req: dict) -> dict:
+    """The request's work (:func:`_isolated_work`), answered 503 as soon as the server is shutting down."""
+    import asyncio
+
+    work = asyncio.ensure_future(_isolated_work(state, req))
+    stop = asyncio.ensure_future(_shutting_down(state))
+    try:
+        await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        if not work.done():
+            work.cancel()  # its process is killed
+            await asyncio.gather(work, return_exceptions=True)
+    if work.cancelled():
+        raise RequestError(503, "the server is shutting down")
+    return work.result()
+
+
+async def _shutting_down(state) -> None:
+    """Returns once the server has been told to stop (SIGTERM, Ctrl-C: vLLM sets its HTTP server's ``should_exit``)."""
+    import asyncio
+
+    while not getattr(getattr(state, "server", None), "should_exit", False):
+        await asyncio.sleep(0.2)
+
+
+async def _isolated_work(state, req: dict) -> dict:
     """The request's own work in an isolated process (:mod:`logos.generate.serve_work`), the engine driven here."""
     from logos.util.isolate import IsolatedFailure, call_isolated
 
@@ -257,10 +283,14 @@ async def _work(state, req: dict) -> dict:
                                        answer=lambda message: _engine(state.logos_engine, message))
         except IsolatedFailure as e:
             if e.stage and e.stage.startswith("input "):  # a library crashed or stalled on this input record
-                raise RequestError(422, f"{e.stage}: refused: {e.reason} while it was read (--timeout "
-                                        f"{settings.limits.timeout:g})",
-                                   [{"input": int(e.stage.split()[1]), "reason": e.reason}]) from None
+                reason = f"reading it {e.reason}"  # "timed out after 60 s", "crashed (killed by SIGSEGV)"
+                raise RequestError(422, f"{e.stage}: refused: {reason}",
+                                   [{"input": int(e.stage.split()[1]), "reason": reason}]) from None
             raise RequestError(500, f"the request's work {e.reason} while {e.stage or 'starting'}") from None
+        except RequestError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a bug or a broken install: one line, the server goes on
+            raise RequestError(500, f"the request failed: {type(e).__name__}: {e}") from None
 
 
 async def _engine(engine_client, message) -> list:
@@ -281,5 +311,7 @@ async def _engine(engine_client, message) -> list:
     except asyncio.CancelledError:
         raise
     except Exception as e:  # noqa: BLE001 - told to the request's process as one line it can carry back
-        raise RequestError(503 if "dead" in type(e).__name__.lower() else 500,
-                           f"the engine refused the request: {type(e).__name__}: {e}") from None
+        if "dead" in type(e).__name__.lower():  # vLLM's EngineDeadError: stopped by SIGTERM or Ctrl-C, or failed
+            raise RequestError(503, "the engine has stopped: the server is shutting down, or its engine failed "
+                                    "(see the server's log)") from None
+        raise RequestError(500, f"the engine refused the request: {type(e).__name__}: {e}") from None

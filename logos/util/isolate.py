@@ -348,12 +348,12 @@ async def call_isolated(func: Callable | str, *args: Any, ctx=None, timeout: flo
                     used += time.monotonic() - started
             if not conn.poll():
                 proc.join(1)
-                raise IsolatedFailure(f"the worker process {_death(proc)}", stage)
+                raise IsolatedFailure(f"crashed ({_death(proc)})", stage)
             try:
                 kind, value = conn.recv()
             except (EOFError, OSError):
                 proc.join(1)
-                raise IsolatedFailure(f"the worker process {_death(proc)}", stage) from None
+                raise IsolatedFailure(f"crashed ({_death(proc)})", stage) from None
             if kind == "ready":
                 ready = True
             elif kind == "stage":
