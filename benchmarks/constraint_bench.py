@@ -204,7 +204,8 @@ def measure(spec: dict) -> dict:
         for cls in rows:
             timer.wrap(cls, ["check", "advance", "closing", "stuck", "allowed", "prepare"])
     suffix = {"molecule": ".smi", "pocket": ".fasta", "crystal": ".cif"}[spec["task"]]
-    out = work / f"{spec['tree_name']}_{spec['model']}_{spec['task']}_{int(spec['constrained'])}{suffix}"
+    out = work / (f"{spec['tree_name']}_{spec['model']}_{spec['task']}_{int(spec['constrained'])}_seed{spec['seed']}"
+                  f"{suffix}")  # (a round of its own: a crystal's CIF folder holds only its round's)
     import dataclasses
     extra = {}
     row_work = {}
