@@ -34,7 +34,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 MARK = "constraints"
-GUIDE = ('Models: `tiny` the shipped model (checkpoints/logos-tiny, or `--tiny DIR`); `random` a randomly initialised tiny Llama (hidden 64, 2 layers) with the LOGOS tokenizer, whatever it writes must still end; `100m` a randomly initialised ~100M Llama (hidden 768, 12 layers). `before` is the tree of the git ref given, `after` the working tree; each runs as it installs: where the setup.py of a tree compiles modules (the decoding state machine), they are built in place first. Row constraint: chemistry (molecules), copied sequence (binding-site search), composition (crystals), timed around every call the sampler makes, including the checks once a row has ended (RDKit parsing each molecule; pymatgen, gemmi and spglib reading each crystal back), which count in the mean and in no step; the grammar mask is timed separately. Worst step: the largest per-row mean of one step. Steps yielded: steps in which a row wrote nothing because its constraint had spent its work for the step, its own and what the other rows of the step left (it drew again in the next; not counted as row-steps); a step after one in which no row wrote a token needs no forward pass. Tokens taken back: a row at a dead end (nothing accepted, no planned ending) takes back its last token and draws again there. Resampled per row asked: rows that did not end validly and were drawn again (at most 4 times each).')
+GUIDE = ('Models: `tiny` the shipped model (checkpoints/logos-tiny, or `--tiny DIR`); `random` a randomly initialised tiny Llama (hidden 64, 2 layers) with the LOGOS tokenizer, whatever it writes must still end; `100m` a randomly initialised ~100M Llama (hidden 768, 12 layers). `before` is the tree of the git ref given, `after` the working tree; each runs as it installs: where the setup.py of a tree compiles modules (the decoding state machine), they are built in place first. Row constraint: chemistry (molecules), copied sequence (binding-site search), composition (crystals), timed around every call the sampler makes (in a tree with the row policy, `decoding/policy.py`: every decision of the row policies, their draws included), including the checks once a row has ended (RDKit parsing each molecule; pymatgen, gemmi and spglib reading each crystal back), which count in the mean and in no step; the grammar mask is timed separately. Worst step: the largest per-row mean of one step. Steps yielded: steps in which a row wrote nothing because its constraint had spent its work for the step, its own and what the other rows of the step left (it drew again in the next; not counted as row-steps); a step after one in which no row wrote a token needs no forward pass. Tokens taken back: a row at a dead end (nothing accepted, no planned ending) takes back its last token and draws again there. Resampled per row asked: rows that did not end validly and were drawn again (at most 4 times each).')
 
 # model -> [(task, samples, budget, inputs)]: the shipped model writes molecules; random models test endings
 PLANS = {
@@ -204,7 +204,8 @@ def measure(spec: dict) -> dict:
         for cls in rows:
             timer.wrap(cls, ["check", "advance", "closing", "stuck", "allowed", "prepare"])
     suffix = {"molecule": ".smi", "pocket": ".fasta", "crystal": ".cif"}[spec["task"]]
-    out = work / f"{spec['tree_name']}_{spec['model']}_{spec['task']}_{int(spec['constrained'])}{suffix}"
+    out = work / (f"{spec['tree_name']}_{spec['model']}_{spec['task']}_{int(spec['constrained'])}_seed{spec['seed']}"
+                  f"{suffix}")  # (a round of its own: a crystal's CIF folder holds only its round's)
     import dataclasses
     extra = {}
     row_work = {}

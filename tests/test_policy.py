@@ -160,7 +160,7 @@ def bigram():
 
 
 class _Scripted(torch.nn.Module):
-    """A model whose next-token logits are ``table[last token]`` (what the built-in loop calls: forward with a cache)."""
+    """A model whose next-token logits are ``table[last token]`` (called as the built-in loop calls a model)."""
 
     def __init__(self, table):
         super().__init__()
@@ -184,9 +184,9 @@ def _vllm(table, tok, task, prompts, sampling, seeds, budget):
     grammar = GrammarRows(tok, VOCAB, [task_grammar(task.start, task.rules + "\n" + p.rules) for p in prompts], ids,
                           stop, torch.device("cpu"))
     outputs = [[] for _ in prompts]
-    params = [SimpleNamespace(extra_args={"logos": request_args(task, p, sampling.closing_slack)}, stop_token_ids=[stop],
-                              max_tokens=budget, temperature=sampling.temperature, top_k=sampling.top_k,
-                              top_p=sampling.top_p, seed=seed) for p, seed in zip(prompts, seeds)]
+    params = [SimpleNamespace(extra_args={"logos": request_args(task, p, sampling.closing_slack)},
+                              stop_token_ids=[stop], max_tokens=budget, temperature=sampling.temperature,
+                              top_k=sampling.top_k, top_p=sampling.top_p, seed=seed) for p, seed in zip(prompts, seeds)]
     processor.update_state(SimpleNamespace(removed=[], moved=[], added=[
         (i, params[i], ids[i], outputs[i]) for i in range(len(prompts))]))
     live = set(range(len(prompts)))

@@ -1,7 +1,7 @@
 """``logos serve``: vLLM's OpenAI-compatible server for a LOGOS checkpoint, with the LOGOS tasks by name.
 
 The server is vLLM's own (``/v1/completions``, ``/v1/models``, ``/health``, ...), started with the
-LOGOS logits processor (:mod:`logos.generate.vllm_engine`) and the llguidance structured-outputs
+LOGOS logits processor (:mod:`logos.generate.vllm_processor`) and the llguidance structured-outputs
 backend, plus two routes added through vLLM's endpoint-plugin interface (entry point
 ``vllm.endpoint_plugins: logos``, allow-listed by ``logos serve`` through ``VLLM_PLUGINS``):
 
