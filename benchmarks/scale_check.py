@@ -579,6 +579,8 @@ def main(argv=None) -> int:
         return 0
     sys.path.insert(0, str(REPO))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.vllm_python:  # absolute (its workers run in the work folder), not resolved (a venv's python is a link)
+        args.vllm_python = os.path.abspath(args.vllm_python)
     t0, load_start, available = time.perf_counter(), loadavg(), mem_available()
     work = Path(tempfile.mkdtemp(prefix="logos-scale-check-"))
     log(f"work folder {work}")
