@@ -8,7 +8,7 @@ from a random model of the same shape and tokenizer, ``benchmarks/scratch_init.p
 2. scores each run's ``best/`` (selected by validation top-1) on the test split with the user's commands'
    code: ``logos generate --task retro -n SAMPLES`` on the test products (ids = row numbers), then
    ``logos evaluate --task retro`` (top-1/3/5/10 with Wilson 95% intervals, invalid rate); the report of
-   each lands in ``RUN/test_report/`` and is reused on a rerun unless ``--rescore``;
+   each lands in ``RUN/test_report/`` and is reused on a rerun with the same settings unless ``--rescore``;
 3. with ``--decoding N``: on N seeded validation products and the first run's ``best/``, sampling ``-n 10``
    against sampling more and keeping the 10 most likely distinct answers, and a lower temperature, timed
    side by side;
@@ -101,10 +101,14 @@ def logos(*args, ok: tuple[int, ...] = (0,)) -> None:
 
 def score(checkpoint: Path, reference: Path, work: Path, samples: int, items: int, seed: int,
           temperature: float = 1.0, keep: int = 0, rescore: bool = False) -> dict:
-    """Generate answers for the reference's products and score them; the report is reused unless ``rescore``."""
+    """Generate answers for the reference's products and score them; a report made with the same settings is
+    reused unless ``rescore``."""
     report = work / "metrics.json"
     if report.exists() and not rescore:
-        return json.loads(report.read_text())
+        done = json.loads(report.read_text())
+        asked = {"samples": samples, "temperature": temperature, "keep": keep, "asked_items": items}
+        if all(done.get(k) == v for k, v in asked.items()):
+            return done
     work.mkdir(parents=True, exist_ok=True)
     reference, products, n = subset(reference, work, items, seed)
     t = time.perf_counter()
@@ -122,7 +126,8 @@ def score(checkpoint: Path, reference: Path, work: Path, samples: int, items: in
     doc = json.loads((work / "report" / "metrics.json").read_text())
     m = doc["metrics"]
     ci = {r["metric"]: (r["low"], r["high"]) for r in doc["tables"]["95% intervals (Wilson)"]}
-    out = {"checkpoint": str(checkpoint), "items": n, "samples": samples, "temperature": temperature, "keep": keep,
+    out = {"checkpoint": str(checkpoint), "items": n, "asked_items": items, "samples": samples, "temperature": temperature,
+           "keep": keep,
            "seconds": round(seconds, 1), "invalid@1": m["invalid@1"], "answered": m["answered"],
            **{f"top-{k}": m[f"top-{k}"] for k in KS}, "ci95": ci}
     report.write_text(json.dumps(out, indent=1))
@@ -139,7 +144,10 @@ def main() -> int:
     ap.add_argument("--test", type=Path, required=True, help="USPTO-50k raw_test.csv(.xz)")
     ap.add_argument("--valid", type=Path, help="raw_valid.csv(.xz), for --decoding")
     ap.add_argument("--items", type=int, default=0, help="test products scored (0: all)")
+    ap.add_argument("--arm-items", action="append", default=[], metavar="NAME=N",
+                    help="a seeded N test products for one arm instead of --items (a cheaper look at a weak arm)")
     ap.add_argument("--samples", type=int, default=10)
+    ap.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of the test scoring")
     ap.add_argument("--decoding", type=int, default=0, help="validation products for the decoding comparison")
     ap.add_argument("--rescore", action="store_true")
     ap.add_argument("--no-write", action="store_true")
@@ -149,18 +157,21 @@ def main() -> int:
     curves = {name: curve(run) for name, run in runs.items()}
     plot(runs, curves)
     budget = min(c[-1]["cpu_min"] for c in curves.values())
+    arm_items = {name: int(n) for name, n in (a.split("=", 1) for a in args.arm_items)}
     tests = {}
     for name, run in runs.items():
         print(f"retro_finetune: scoring {name}'s best/ on the test split", file=sys.stderr)
-        tests[name] = score(run / "best", args.test, run / "test_report", args.samples, args.items, 0,
-                            rescore=args.rescore)
+        tests[name] = score(run / "best", args.test, run / "test_report", args.samples,
+                            arm_items.get(name, args.items), 0,
+                            temperature=args.temperature, rescore=args.rescore)
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
     lines = [BEGIN, "### Retrosynthesis, USPTO-50k: finetuned from logos-tiny against from scratch", "",
              f"Measured at {commit}. Training split `train.csv.xz` (39,919 reactions), model selection by top-1 on "
              "200 held-out validation products (`raw_valid.csv.xz`, 5 samples each, scored by the trainer every 500 "
              "steps), test on `raw_test.csv.xz` (reaction class unknown to the model), "
-             f"{args.samples} samples per product, equal canonical answers merged and ranked by likelihood. "
+             f"{args.samples} samples per product at temperature {args.temperature:g}, equal canonical answers merged "
+             "and ranked by likelihood. "
              "Both arms: the same recipe, tokenizer and shape (5.0M parameters); scratch is a random "
              "initialisation (`benchmarks/scratch_init.py`, seed 0). CPU minutes: the finetune process's CPU "
              "time, validation scoring included; both arms ran side by side, one thread each.", "",

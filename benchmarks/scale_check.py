@@ -425,10 +425,10 @@ def generate_worker(engine: str, checkpoint: Path, out: Path, n: int, budget: in
                    row_us=1e6 * s.check_seconds / max(s.row_steps, 1), rows=n)
     else:
         e = result.engine
-        row.update(sample_s=e["sample_seconds"], row_steps=e["row_steps"],
-                   row_us=1e6 * e["seconds"] / max(e["row_steps"], 1), rows=e["rows"],
-                   step_ms=1000 * (e["sample_seconds"] - e["seconds"]) / max(e["row_steps"], 1) * e["rows"],
-                   first_try_valid=e["first_try_valid"])
+        row_steps, processor_s = e.counts.policy.row_steps, e.counts.seconds
+        row.update(sample_s=e.sample_seconds, row_steps=row_steps, row_us=1e6 * processor_s / max(row_steps, 1),
+                   rows=e.rows, step_ms=1000 * (e.sample_seconds - processor_s) / max(row_steps, 1) * e.rows,
+                   first_try_valid=e.first_try_valid)
     print(json.dumps(row), flush=True)
 
 
