@@ -77,8 +77,8 @@ bench-vllm: $(VLLM_OK)
 # The 1B preset at its real shape on this machine (benchmarks/scale_check.py): logos pretrain on 2 processes under
 # ZeRO-3 (gloo, fp32, sequence 256), peak memory per process against logos plan, SIGTERM and an exact --resume, a
 # sharded bf16 logos export read by plain transformers and vLLM, 16 constrained molecules from each engine. Needs
-# about 19 GiB of free memory (it stops before training when the plan says there is not enough) and ~25 minutes on 2
-# cores; rewrites its BENCHMARKS.md section. SCALE_ARGS="--layers 4": the same check on a 4-layer model of the width.
+# about 20 GiB of free memory (it stops before training when the plan says there is not enough), ~23 GB of temporary
+# disk and ~14 minutes on 2 otherwise idle cores; rewrites its BENCHMARKS.md section. SCALE_ARGS="--layers 4": the same check on a 4-layer model of the width.
 scale-check: $(VENV_OK) $(NATIVE) $(VLLM_OK)
 	OMP_NUM_THREADS=1 PYTHONPATH=. $(PY) benchmarks/scale_check.py --vllm-python $(VPY) $(SCALE_ARGS)
 

@@ -29,7 +29,7 @@ overshoots it):
 Everything is written under one temporary folder, removed at the end. Results: a table on stdout and a section
 of BENCHMARKS.md (per shape, with the commit and the machine's load).
 
-    make scale-check                                                   # the 1B shape, ~19 GiB, ~25 min
+    make scale-check                                                   # the 1B shape, ~20 GiB, ~14 min
     python benchmarks/scale_check.py --hidden 1024 --layers 6           # a reduced shape (~94M), same code path
 """
 
