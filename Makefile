@@ -4,7 +4,7 @@ PY      := .venv/bin/python
 VENV_OK := .venv/.installed
 MAKE_T0 := $(shell date +%s)
 
-.PHONY: demo demo-train test chromium fuzz venv native bench clean gpu-wheels venv-vllm test-vllm bench-vllm rescore-stability \
+.PHONY: demo demo-train test test-slow chromium fuzz venv native bench clean gpu-wheels venv-vllm test-vllm bench-vllm rescore-stability \
 	scale-check
 
 # The venv's build time is kept in .venv/.build-seconds (make demo prints it when it built the venv).
@@ -42,10 +42,14 @@ chromium:
 	fi
 
 # Two pytest workers (pytest-xdist), one torch thread each; the import-linter layers contract and ruff first.
+# Tests marked slow (multi-process training runs, ML-potential relaxations) run in make test-slow; CI runs both.
 test: chromium $(VENV_OK) $(NATIVE)
 	.venv/bin/lint-imports
 	.venv/bin/ruff check -q .
-	PYTHONPATH=. OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile tests
+	PYTHONPATH=. OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile -m "not slow" tests
+
+test-slow: $(VENV_OK) $(NATIVE)
+	PYTHONPATH=. OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile -m slow tests
 
 # The vLLM engine (logos generate --engine vllm, logos serve) in its own venv: vLLM pins transformers and
 # llguidance apart from the main venv. torch first (the same CPU wheel), then the vLLM build for this

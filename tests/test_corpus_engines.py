@@ -19,6 +19,8 @@ from conftest import ASSETS, REPO
 from logos.data.corpus import SPLITS, CorpusConfig, Source
 from logos.data.corpus_build import build_corpus
 
+pytestmark = pytest.mark.slow  # a local Ray cluster per module: make test-slow
+
 TOKENIZER = str(REPO / "tokenizers" / "default")
 GOOD = [l.split()[0] for l in (ASSETS / "molecules" / "moses_test_200.smi").read_text().splitlines()[:20]]
 

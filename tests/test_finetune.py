@@ -165,6 +165,7 @@ def test_lora_merged_export_reproduces_the_live_model(reactions, tmp_path):
     torch.testing.assert_close(merged, live, rtol=1e-4, atol=1e-4)  # ... and the merged export is that model
 
 
+@pytest.mark.slow
 def test_killed_finetune_resumes_exactly(reactions, tmp_path):
     from fault_injection import env as fault_env
     from train_fixtures import FAULT_ENTRY

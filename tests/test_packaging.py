@@ -70,6 +70,7 @@ def _installed_env(site: Path) -> dict:
     return env
 
 
+@pytest.mark.slow
 def test_wheel_carries_the_shipped_data(built):
     _, _, wheel, _ = built
     with zipfile.ZipFile(wheel) as zf:
@@ -89,6 +90,7 @@ def test_wheel_carries_the_shipped_data(built):
     assert compiled == {"atoms", "aromatic", "chemistry", "ending"} and "logos/decoding/_compiled.json" in names
 
 
+@pytest.mark.slow
 def test_wheel_from_sdist_carries_the_same_data(built, tmp_path):
     _, source, wheel, _ = built
     sdist_dir = tmp_path / "sdist"
@@ -101,6 +103,7 @@ def test_wheel_from_sdist_carries_the_same_data(built, tmp_path):
     assert _shipped_names(again) == _shipped_names(wheel)
 
 
+@pytest.mark.slow
 def test_installed_cli_runs_from_any_directory(built, tmp_path):
     _, _, _, site = built
     work = tmp_path / "elsewhere"  # no grammar/, tokenizers/, checkpoints/ here

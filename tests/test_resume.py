@@ -186,6 +186,7 @@ def test_a_flipped_byte_of_the_same_size_is_refused(reference, tmp_path):
     assert verify_checkpoint(tag) == f"incomplete (missing {MANIFEST})"
 
 
+@pytest.mark.slow
 def test_a_time_budgeted_run_resumes_on_the_same_lr_and_loss_curve(shards, tmp_path):
     """Under max_minutes the schedule's length is measured at step 10 and checkpointed; killed after step 13
     (checkpoint 12) and resumed, the run follows an uninterrupted run given that length, LR for LR."""

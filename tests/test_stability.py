@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow  # CHGNet relaxations: make test-slow
+
 ASSETS = Path(__file__).parent / "assets"
 MP = [ASSETS / "crystal" / "mp_dielectric_3639.cif", ASSETS / "crystal" / "mp_dielectric_10.vasp"]  # HgS, CsGeCl3
 BROKEN = ASSETS / "crystal" / "broken_missing_cell.cif"
