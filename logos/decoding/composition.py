@@ -82,15 +82,19 @@ def _assignable(sg: int, unused_fixed: frozenset[int], counts: tuple[int, ...]) 
     if len(unused_fixed) > 12:  # not met by any group; a bound on the subsets tried
         return all(c in _fillable(sg, unused_fixed, c) for c in counts)
     first, rest = counts[0], counts[1:]
-    free_reach = _fillable(sg, frozenset(), first)
-    fixed = sorted(unused_fixed)
+    return any(_assignable(sg, unused_fixed - subset, rest) for subset, _ in _fixed_splits(sg, unused_fixed, first))
+
+
+def _fixed_splits(sg: int, unused: frozenset[int], count: int):
+    """``(subset, atoms on it)`` for each subset of the unused fixed positions that one element's ``count`` atoms can
+    take, the rest of them going on positions with free coordinates (smallest subsets first)."""
+    free_reach = _fillable(sg, frozenset(), count)
+    fixed = sorted(unused)
     for size in range(len(fixed) + 1):
         for subset in itertools.combinations(fixed, size):
             used = sum(MULTIPLICITY[sg][k] for k in subset)
-            if used <= first and first - used in free_reach and \
-                    _assignable(sg, unused_fixed - frozenset(subset), rest):
-                return True
-    return False
+            if used <= count and count - used in free_reach:
+                yield frozenset(subset), used
 
 
 def placeable(counts: dict[str, int], space_group: int) -> bool:
@@ -124,24 +128,18 @@ def _fixed_only(sg: int, unused: frozenset[int], counts: tuple[int, ...], out: l
         out.append(())
         return len(out) <= limit
     first, rest = counts[0], counts[1:]
-    free_reach = _fillable(sg, frozenset(), first)
-    fixed = sorted(unused)
-    for size in range(len(fixed) + 1):
-        for subset in itertools.combinations(fixed, size):
-            used = sum(MULTIPLICITY[sg][k] for k in subset)
-            if used > first or first - used not in free_reach:
-                continue
-            left = unused - frozenset(subset)
-            if used < first:  # the rest on free positions
-                if _assignable(sg, left, rest):
-                    return False
-                continue
-            tails: list = []
-            if not _fixed_only(sg, left, rest, tails, limit):
+    for subset, used in _fixed_splits(sg, unused, first):
+        left = unused - subset
+        if used < first:  # the rest on free positions
+            if _assignable(sg, left, rest):
                 return False
-            out.extend((frozenset(subset),) + t for t in tails)
-            if len(out) > limit:
-                return False
+            continue
+        tails: list = []
+        if not _fixed_only(sg, left, rest, tails, limit):
+            return False
+        out.extend((subset,) + t for t in tails)
+        if len(out) > limit:
+            return False
     return True
 
 
