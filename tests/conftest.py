@@ -1,7 +1,9 @@
-"""Shared test helpers: fixture paths and an in-process CLI runner."""
+"""Shared test helpers: fixture paths, an in-process CLI runner and an event-loop liveness counter."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from pathlib import Path
 
@@ -30,3 +32,20 @@ def records(path: Path) -> list[dict]:
         if "logos_header" not in obj:
             out.append(obj)
     return out
+
+
+@contextlib.asynccontextmanager
+async def loop_ticks():
+    """Count 50 ms ticks of the running event loop while the block runs (``ticks[0]``): whether the loop stayed free."""
+    ticks = [0]
+
+    async def ticker():
+        while True:
+            await asyncio.sleep(0.05)
+            ticks[0] += 1
+
+    task = asyncio.create_task(ticker())
+    try:
+        yield ticks
+    finally:
+        task.cancel()

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import ASSETS, REPO, records
+from conftest import ASSETS, REPO, loop_ticks, records
 
 GOOD = [l.split()[0] for l in (ASSETS / "molecules" / "moses_test_200.smi").read_text().splitlines()[:20]]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
@@ -205,25 +205,14 @@ def test_an_isolated_call_asks_its_caller_and_returns():
 
 
 def test_a_stalled_call_is_killed_at_its_time_limit_while_the_loop_goes_on():
-    import asyncio
-
     from logos.util.isolate import IsolatedFailure, call_isolated
 
     async def main():
-        ticks = 0
-
-        async def ticker():
-            nonlocal ticks
-            while True:
-                await asyncio.sleep(0.05)
-                ticks += 1
-
-        t = asyncio.create_task(ticker())
-        start = time.monotonic()
-        with pytest.raises(IsolatedFailure) as e:
-            await call_isolated(_stalls, 600, timeout=2)
-        t.cancel()
-        return e.value, time.monotonic() - start, ticks
+        async with loop_ticks() as ticks:
+            start = time.monotonic()
+            with pytest.raises(IsolatedFailure) as e:
+                await call_isolated(_stalls, 600, timeout=2)
+        return e.value, time.monotonic() - start, ticks[0]
 
     failure, seconds, ticks = _run(main)
     assert "timed out after 2 s" in failure.reason and failure.stage == "input 3"

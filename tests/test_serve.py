@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, loop_ticks
 from logos.data.limits import InputLimits
 from logos.generate.serve import SERVE_LIMITS, RequestError, ServeSettings, parse_request
 
@@ -147,22 +147,11 @@ def test_a_stalled_library_costs_the_request_its_time_limit_not_the_loop(monkeyp
         state = SimpleNamespace(logos_settings=ServeSettings(limits, 2), logos_max_model_len=1024,
                                 logos_ctx=mp.get_context("forkserver"), logos_slots=asyncio.Semaphore(2),
                                 logos_engine=None, logos_checkpoint=SHIPPED)
-        ticks = 0
-
-        async def ticker():
-            nonlocal ticks
-            while True:
-                await asyncio.sleep(0.05)
-                ticks += 1
-
-        t = asyncio.create_task(ticker())
-        start = time.monotonic()
-        try:
+        async with loop_ticks() as ticks:
+            start = time.monotonic()
             with pytest.raises(RequestError) as e:
                 await _work(state, req)
-        finally:
-            t.cancel()
-        return e.value, time.monotonic() - start, ticks
+        return e.value, time.monotonic() - start, ticks[0]
 
     e, seconds, ticks = asyncio.run(main())
     assert e.status == 422 and e.message.startswith("input 2: refused: "), e.message
