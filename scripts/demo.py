@@ -39,7 +39,7 @@ class Plan:
     n: int
     input: str | None = None  # under inputs/ (or a path relative to the repository)
     reference: str | None = None
-    temperature: float = 1.0
+    temperature: float | None = None  # None: the task's
 
 
 def plans(samples: int | None, k: int, pocket_structure: Path) -> list[Plan]:
@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         steps.append(step)
         cmd = (f"logos generate --checkpoint {checkpoint} --task {plan.task} -n {plan.n}"
                + (f" --input {out / plan.input}" if plan.input else "") + f" -o {output}"
-               + (f" --temperature {plan.temperature}" if plan.temperature != 1.0 else ""))
+               + (f" --temperature {plan.temperature}" if plan.temperature is not None else ""))
         print(f"[{i}/{len(steps_plan)}] {plan.name}: {cmd}", flush=True)
         if plan.name == "ligand":  # the rank-1 answer of the pocket step, as the ligand prompt
             pocket = [json.loads(line) for line in (out / "generated" / "pocket.samples.jsonl").open()] \

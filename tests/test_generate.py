@@ -216,6 +216,23 @@ def test_every_task_ends_and_parses_from_a_random_model(random_model, tmp_path, 
         assert result.written == len(done) and out.exists()
 
 
+def test_retro_samples_at_its_task_temperature_unless_one_is_asked(tmp_path, run_cli):
+    """Retrosynthesis ranks answers, and samples at 0.7 unless asked (more of its samples are distinct likely
+    answers): ``logos generate --task retro`` without ``--temperature`` writes what ``--temperature 0.7`` writes,
+    and not what 1.0 writes."""
+    products = tmp_path / "products.smi"
+    products.write_text("CC(=O)Oc1ccccc1C(=O)O aspirin\nCc1ccc(-c2ccccc2)cc1 methylbiphenyl\n")
+    runs = {}
+    for name, flag in (("default", []), ("0.7", ["--temperature", "0.7"]), ("1.0", ["--temperature", "1.0"])):
+        out = tmp_path / name / "r.rsmi"
+        code, err = run_cli("generate", "--task", "retro", "--input", products, "-n", "6", "--seed", "3",
+                            "-o", out, "-q", *flag)
+        assert code == 0, err
+        runs[name] = [(s["id"], s["text"], s["logprob"]) for s in _samples(out)]
+    assert runs["default"] == runs["0.7"]
+    assert runs["default"] != runs["1.0"]
+
+
 def test_cli_generate_exit_status_and_summary(tmp_path, run_cli):
     code, err = run_cli("generate", "-n", "8", "-o", tmp_path / "g.smi", "-q", "--batch-size", "8")
     assert code == 0 and re.search(r"generate: 8 samples, 8 written .* valid 8 \(100.0%\)", err), err

@@ -209,8 +209,8 @@ def _vllm(table, tok, task, prompts, sampling, seeds, budget):
     return outputs, dead, processor.counts
 
 
-@pytest.mark.parametrize("sampling", [Sampling(row_work=0), Sampling(temperature=0.7, top_k=40, top_p=0.95,
-                                                                     row_work=0)])
+@pytest.mark.parametrize("sampling", [Sampling(temperature=1.0, row_work=0),
+                                      Sampling(temperature=0.7, top_k=40, top_p=0.95, row_work=0)])
 def test_both_engines_write_the_same_tokens_from_the_same_logits_and_seed(tok, bigram, sampling):
     """The built-in loop and the vLLM processor call one policy: fed the same logits (a model whose logits depend on
     its last token; the task's bans and grammar) and the same seed, each row writes the same tokens in both.

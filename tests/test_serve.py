@@ -62,6 +62,7 @@ def test_a_malformed_body_is_a_4xx_naming_the_field(raw, status, words):
 def test_a_good_body_gets_its_defaults_and_its_alias_resolved():
     req = parse_request(json.dumps({"task": "reaction", "input": "CCO", "n": 2, "temperature": 1}).encode(), 1024)
     assert req["task"] == "retro" and req["n"] == 2 and req["temperature"] == 1.0 and req["seed"] == 0
+    assert parse_request(json.dumps({"task": "retro", "input": "CCO"}).encode())["temperature"] is None  # the task's
     assert req["format"] is None and req["unconstrained"] is False and req["resamples"] == 8
 
 

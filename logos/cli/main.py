@@ -554,7 +554,8 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
                         f"{MAX_CELL_ATOMS} atoms; Z=N on a line is not capped)")
     p.add_argument("--reference", metavar="TRAIN.smi", help="--task molecule: training SMILES for novelty")
     p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--temperature", type=float, default=None,
+                   help="default: the task's (0.7 for retro, where it ranks more distinct likely answers; else 1.0)")
     p.add_argument("--top-k", type=int, default=0, help="0: off")
     p.add_argument("--top-p", type=float, default=1.0, help="1.0: off")
     p.add_argument("--max-new-tokens", type=int, default=0, help="length budget (0: the task's default); near it "

@@ -72,11 +72,11 @@ END = -3   # nothing acceptable, nothing to wait for: the row has failed (its re
 
 @dataclass(frozen=True)
 class Sampling:
-    """How to draw: temperature, top-k / top-p, the length budget (0: the task's, or what its row constraints say
-    their prompts need), how many tokens before it to start closing, and, if set, the constraint work a row may do
-    in a step before it waits (a hard bound on a step's constraint time, paid in extra steps)."""
+    """How to draw: temperature (None: the task's), top-k / top-p, the length budget (0: the task's, or what its row
+    constraints say their prompts need), how many tokens before it to start closing, and, if set, the constraint
+    work a row may do in a step before it waits (a hard bound on a step's constraint time, paid in extra steps)."""
 
-    temperature: float = 1.0
+    temperature: float | None = None  # None: the task's (logos.generate fills it in; 1 where no task is known)
     top_k: int = 0
     top_p: float = 1.0
     max_new_tokens: int = 0
@@ -84,6 +84,11 @@ class Sampling:
     row_work: int = WORK_PER_STEP  # constraint work units per row and step (a step's rows share them: one that needs
     # more takes what the others left), after which a row waits (0: no waiting: a row then does up to WORK_NO_YIELD
     # units a step, after which it follows its planned ending; vLLM's rows always do)
+
+    @property
+    def divisor(self) -> float:
+        """What the logits are divided by: the temperature (1 when none is set), at least 1e-6 (0: greedy)."""
+        return 1.0 if self.temperature is None else max(self.temperature, 1e-6)
 
 
 @dataclass

@@ -124,12 +124,12 @@ def _sample_batch(batch: "_Batch", policies: list[RowPolicy], sampling: Sampling
             break
         raw = batch.forward(running)                                                  # [B, V]: the model's logits
         if ending:
-            _end_draws(raw, ending, policies, then_id, sampling.temperature, generator, stats)
+            _end_draws(raw, ending, policies, then_id, sampling.divisor, generator, stats)
             ending = []
         if not any(running) or step == last:
             break
         stats.steps += 1
-        logits = batch.mask(raw, running, sampling.temperature, policies, stats)          # [B, V]
+        logits = batch.mask(raw, running, sampling.divisor, policies, stats)          # [B, V]
         dists = distributions(logits, sampling.top_k, sampling.top_p)
         t = time.perf_counter()
         decided = [p.conclude(d) if d is not None else None
@@ -184,11 +184,11 @@ def _decide(policies: list[RowPolicy], dists: list[Distribution], running: list[
     return decisions
 
 
-def _end_draws(raw: torch.Tensor, ending: list[int], policies: list[RowPolicy], then_id: int, temperature: float,
+def _end_draws(raw: torch.Tensor, ending: list[int], policies: list[RowPolicy], then_id: int, divisor: float,
                generator: torch.Generator, stats: StepStats) -> None:
     """Rows that have just closed are kept with the model's probability of the end of document after them, else get
     the status :data:`NOT_WHOLE`."""
-    ends = torch.softmax(raw[ending] / max(temperature, 1e-6), dim=-1)[:, then_id]
+    ends = torch.softmax(raw[ending] / divisor, dim=-1)[:, then_id]
     draws = torch.rand(len(ending), generator=generator)
     for i, p_end, u in zip(ending, ends.tolist(), draws.tolist()):
         if u >= p_end:
@@ -251,10 +251,11 @@ class _Batch:
         self.raw = raw
         return raw
 
-    def mask(self, raw: torch.Tensor, running: list[bool], temperature: float, policies: list[RowPolicy],
+    def mask(self, raw: torch.Tensor, running: list[bool], divisor: float, policies: list[RowPolicy],
              stats: StepStats) -> torch.Tensor:
-        """The logits scaled by the temperature, less the banned tokens, the grammar's and each row's exclusions."""
-        logits = (raw / max(temperature, 1e-6)).masked_fill(self.banned, float("-inf"))
+        """The logits divided by the temperature (``divisor``), less the banned tokens, the grammar's and each row's
+        exclusions."""
+        logits = (raw / divisor).masked_fill(self.banned, float("-inf"))
         if self.grammar is not None:
             t = time.perf_counter()
             if not self.idle or self.rolled:  # (rolled back since the mask was computed: computed again)

@@ -175,7 +175,7 @@ def generate(checkpoint: Path, out: Path, options: GenerateOptions, inputs: Path
     stop_id = tok.eos_token_id if task.stop == "eos" else table.id[task.stop]
     banned = table.banned(set(task.symbols), keep={stop_id})
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    sampling = options.sampling
+    sampling = task_sampling(task, options.sampling)
     generator = torch.Generator().manual_seed(options.seed)
     whole = task.whole_document and stop_id != tok.eos_token_id and options.whole_draws > 0
     queue = ResampleQueue([p for p, k in prompts for _ in range(k)], options.resamples,
@@ -241,6 +241,11 @@ def no_usable_input(errors: ErrorLog) -> str:
         return "nothing to generate (no usable input)"
     more = f" (and {errors.count - 1} more, see {errors.path})" if errors.count > 1 and errors.path else ""
     return f"nothing to generate: every input record was refused: {errors.first}{more}"
+
+
+def task_sampling(task: Task, sampling: Sampling) -> Sampling:
+    """``sampling`` with the task's default temperature where it asks for none (both engines draw with this)."""
+    return sampling if sampling.temperature is not None else replace(sampling, temperature=task.temperature)
 
 
 def length_budget(task: Task, texts: list[str], rows, asked: int) -> int:
@@ -333,12 +338,12 @@ def _write(task: Task, samples: list[Sample], out: Path, writer_cls, options: Wr
 
 
 def run(output: str | Path, task: str = "molecule", n: int = 100, inputs: str | Path | None = None,
-        checkpoint: str | Path | None = None, seed: int = 0, temperature: float = 1.0, max_new_tokens: int = 0,
-        batch_size: int = 16, constrained: bool = True, device: str = "cpu", cell_composition: bool = False
-        ) -> GenerateResult:
+        checkpoint: str | Path | None = None, seed: int = 0, temperature: float | None = None,
+        max_new_tokens: int = 0, batch_size: int = 16, constrained: bool = True, device: str = "cpu",
+        cell_composition: bool = False) -> GenerateResult:
     """``logos generate`` from Python, with its defaults: sample ``task`` from ``checkpoint`` (default: the shipped
-    one) and write the files ``output`` names plus ``OUTPUT.samples.jsonl`` (``cell_composition``: as
-    ``--cell-composition``)."""
+    one) and write the files ``output`` names plus ``OUTPUT.samples.jsonl`` (``temperature`` None: the task's;
+    ``cell_composition``: as ``--cell-composition``)."""
     from logos.util.resources import DEFAULT_CHECKPOINT, resolve
 
     options = GenerateOptions(task=task, n=n, batch_size=batch_size, seed=seed, constrained=constrained,

@@ -63,7 +63,7 @@ FIELDS: dict[str, tuple[type, object, tuple | None]] = {
     "format": (str, None, None),
     "n": (int, 1, (1, MAX_SAMPLES)),
     "seed": (int, 0, (0, 2**63 - 1)),
-    "temperature": (float, 1.0, (0.0, 100.0)),
+    "temperature": (float, None, (0.0, 100.0)),  # None: the task's
     "top_k": (int, 0, (0, 2**31 - 1)),
     "top_p": (float, 1.0, (1e-9, 1.0)),
     "max_new_tokens": (int, 0, (0, 2**31 - 1)),

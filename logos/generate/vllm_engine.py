@@ -240,11 +240,11 @@ def sample_jobs(run, ck: Checkpoint, task, jobs, options, progress: bool = False
     from vllm import SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
 
-    from logos.generate.pipeline import sample_of
+    from logos.generate.pipeline import sample_of, task_sampling
     from logos.generate.resample import ResampleQueue
     from logos.tasks.continuation import continuation_grammar
 
-    s = options.sampling
+    s = task_sampling(task, options.sampling)
     stop_id = ck.tok.eos_token_id if task.stop == "eos" else ck.table.id[task.stop]
     allowed = None
     if not options.constrained:  # the task mask stays, as in the built-in engine: no symbol the task never writes

@@ -184,7 +184,7 @@ class RequestRow:
         if self.dead:
             return
         s = self.sampling
-        dist = distributions(logits[None].float() / max(s.temperature, 1e-6), s.top_k, s.top_p)[0]
+        dist = distributions(logits[None].float() / s.divisor, s.top_k, s.top_p)[0]
         token = policy.conclude(policy.decide(dist))
         if token == END:  # (a row here never waits or takes a token back)
             self.dead = True

@@ -119,6 +119,9 @@ class Task:
     """Grammar rules added to the shipped grammar (per-request rules come with each prompt)."""
     budget: int = 96
     """Default length budget (new tokens)."""
+    temperature: float = 1.0
+    """Default sampling temperature (when none is asked). Ranked tasks may sample cooler: more of their samples are
+    distinct likely answers."""
     prompts: Callable | None = None
     """``(task, inputs, n, errors, limits=, workers=, on_record=, options=) -> [(Prompt, samples)]``
     (:func:`logos.tasks.prompts.build_prompts`; options: a :class:`~logos.tasks.prompts.PromptOptions` or None)."""
@@ -179,7 +182,8 @@ TASKS: dict[str, Task] = {t.name: t for t in (
          rows=_chemistry_rows, answer=_reaction_answer("products"), pairs=_pairs("reaction_pairs"),
          finetune_metric="top1", evaluate=True),
     Task("retro", "reactants from a product (retrosynthesis)", "task_retro", "eos", _MOL | {"<Reagent>"},
-         conditional=True, budget=128, rules="task_retro: molecules op_reverse_react molecules (op_reagent molecules)?",
+         conditional=True, budget=128, temperature=0.7,
+         rules="task_retro: molecules op_reverse_react molecules (op_reagent molecules)?",
          prompts=_prompts("reaction_prompts", "retro"), rows=_chemistry_rows, answer=_reaction_answer("reactants"),
          pairs=_pairs("reaction_pairs"), finetune_metric="top1", evaluate=True),
     Task("protein", "protein sequences (unconditional)", "task_protein", "<ProteinE>", frozenset({"<ProteinE>"}),
