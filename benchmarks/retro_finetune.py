@@ -7,11 +7,15 @@ from a random model of the same shape and tokenizer, ``benchmarks/scratch_init.p
    minutes the run had spent at that step (``metrics.csv``'s ``cpu_s``): ``benchmarks/figures/retro_finetune.png``;
 2. scores each run's ``best/`` (selected by validation top-1) on the test split with the user's commands'
    code: ``logos generate --task retro -n SAMPLES`` on the test products (ids = row numbers), then
-   ``logos evaluate --task retro`` (top-1/3/5/10 with Wilson 95% intervals, invalid rate); the report of
-   each lands in ``RUN/test_report/`` and is reused on a rerun with the same settings unless ``--rescore``;
+   ``logos evaluate --task retro`` (top-1/3/5/10 with Wilson 95% intervals, invalid rate); the report lands in
+   ``RUN/test_stepSTEP_ITEMS/`` (STEP: the training step of ``best/``) and is reused on a rerun with the same
+   checkpoint and settings unless ``--rescore``; the table lists every such report of a run, so a run that
+   trained on keeps the scores of its earlier best; ``--last`` also scores the run's last export (``hf/``) where
+   it is not ``best/`` (validation top-1 ties keep the earlier step, so a run whose top-1 never rose keeps its
+   first checkpoint);
 3. with ``--decoding N``: on N seeded validation products and the first run's ``best/``, sampling ``-n 10``
-   against sampling more and keeping the 10 most likely distinct answers, and a lower temperature, timed
-   side by side;
+   at temperature 1 and 0.7 (retro's default), each also sampling 20 and keeping the 10 most likely distinct
+   answers, timed side by side;
 4. rewrites its section of BENCHMARKS.md (``--no-write``: print it only).
 
     PYTHONPATH=. python benchmarks/retro_finetune.py --run pretrained=runs/retro-pretrained \\
@@ -93,6 +97,11 @@ def subset(reference: Path, work: Path, items: int, seed: int) -> tuple[Path, Pa
     return reference, products, len(reactions)
 
 
+def checkpoint_step(checkpoint: Path) -> int:
+    """The training step a checkpoint was exported at."""
+    return int(json.loads((checkpoint / "logos_run.json").read_text())["step"])
+
+
 def logos(*args, ok: tuple[int, ...] = (0,)) -> None:
     code = subprocess.run([sys.executable, "-m", "logos.cli", *map(str, args)], cwd=REPO).returncode
     if code not in ok:
@@ -104,9 +113,10 @@ def score(checkpoint: Path, reference: Path, work: Path, samples: int, items: in
     """Generate answers for the reference's products and score them; a report made with the same settings is
     reused unless ``rescore``."""
     report = work / "metrics.json"
+    step = checkpoint_step(checkpoint)
     if report.exists() and not rescore:
         done = json.loads(report.read_text())
-        asked = {"samples": samples, "temperature": temperature, "keep": keep, "asked_items": items}
+        asked = {"samples": samples, "temperature": temperature, "keep": keep, "asked_items": items, "step": step}
         if all(done.get(k) == v for k, v in asked.items()):
             return done
     work.mkdir(parents=True, exist_ok=True)
@@ -126,7 +136,7 @@ def score(checkpoint: Path, reference: Path, work: Path, samples: int, items: in
     doc = json.loads((work / "report" / "metrics.json").read_text())
     m = doc["metrics"]
     ci = {r["metric"]: (r["low"], r["high"]) for r in doc["tables"]["95% intervals (Wilson)"]}
-    out = {"checkpoint": str(checkpoint), "items": n, "asked_items": items, "samples": samples, "temperature": temperature,
+    out = {"checkpoint": str(checkpoint), "step": step, "items": n, "asked_items": items, "samples": samples, "temperature": temperature,
            "keep": keep,
            "seconds": round(seconds, 1), "invalid@1": m["invalid@1"], "answered": m["answered"],
            **{f"top-{k}": m[f"top-{k}"] for k in KS}, "ci95": ci}
@@ -136,6 +146,21 @@ def score(checkpoint: Path, reference: Path, work: Path, samples: int, items: in
 
 def pct(v: float) -> str:
     return f"{100 * v:.1f}"
+
+
+def test_reports(run: Path, samples: int, temperature: float) -> list[dict]:
+    """The run's test reports at these sampling settings, one per scored checkpoint and item count, by step."""
+    found = [json.loads(p.read_text()) for p in run.glob("test_step*/metrics.json")]
+    return sorted((r for r in found if r["samples"] == samples and r["temperature"] == temperature and not r["keep"]),
+                  key=lambda r: (r["step"], r["items"]))
+
+
+def start_of(run: Path) -> str:
+    """Where a finetune run started: its recipe's ``train.init_from`` (the folder name)."""
+    for line in (run / "recipe.yaml").read_text().splitlines():
+        if line.strip().startswith("init_from:"):
+            return Path(line.split(":", 1)[1].strip()).name
+    return "?"
 
 
 def main() -> int:
@@ -149,6 +174,7 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=10)
     ap.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of the test scoring")
     ap.add_argument("--decoding", type=int, default=0, help="validation products for the decoding comparison")
+    ap.add_argument("--last", action="store_true", help="also score each run's last export where it is not best/")
     ap.add_argument("--rescore", action="store_true")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
@@ -158,12 +184,14 @@ def main() -> int:
     plot(runs, curves)
     budget = min(c[-1]["cpu_min"] for c in curves.values())
     arm_items = {name: int(n) for name, n in (a.split("=", 1) for a in args.arm_items)}
-    tests = {}
     for name, run in runs.items():
         print(f"retro_finetune: scoring {name}'s best/ on the test split", file=sys.stderr)
-        tests[name] = score(run / "best", args.test, run / "test_report", args.samples,
-                            arm_items.get(name, args.items), 0,
-                            temperature=args.temperature, rescore=args.rescore)
+        items = arm_items.get(name, args.items)
+        picks = [run / "best"] + ([run / "hf"] if args.last and checkpoint_step(run / "hf") != checkpoint_step(
+            run / "best") else [])
+        for ckpt in picks:
+            score(ckpt, args.test, run / f"test_step{checkpoint_step(ckpt)}_{items or 'all'}", args.samples, items, 0,
+                  temperature=args.temperature, rescore=args.rescore)
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
     lines = [BEGIN, "### Retrosynthesis, USPTO-50k: finetuned from logos-tiny against from scratch", "",
@@ -172,33 +200,43 @@ def main() -> int:
              "steps), test on `raw_test.csv.xz` (reaction class unknown to the model), "
              f"{args.samples} samples per product at temperature {args.temperature:g}, equal canonical answers merged "
              "and ranked by likelihood. "
-             "Both arms: the same recipe, tokenizer and shape (5.0M parameters); scratch is a random "
-             "initialisation (`benchmarks/scratch_init.py`, seed 0). CPU minutes: the finetune process's CPU "
-             "time, validation scoring included; both arms ran side by side, one thread each.", "",
+             "Every arm: the same recipe and shape (5.0M parameters), started from "
+             + "; ".join(f"{name}: `{start_of(run)}`" for name, run in runs.items())
+             + ". CPU minutes: the finetune process's CPU time, validation scoring included; the arms ran side by "
+             "side, one thread each. Test scores of the checkpoint each run selected, at the step it was selected; "
+             "a seeded subset where the items are fewer than 5,001.", "",
              "| arm | steps | CPU min | best val top-1 (step) | val top-1 at "
-             f"{budget:.0f} CPU min | test items | top-1 | top-3 | top-5 | top-10 | invalid@1 |",
-             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+             f"{budget:.0f} CPU min | training loss at the end |", "|---|---:|---:|---|---:|---:|"]
     for name, c in curves.items():
         best = max(c, key=lambda p: (p["top1"], -p["step"]))
         at = max((p for p in c if p["cpu_min"] <= budget + 1e-9), key=lambda p: p["top1"])
-        t = tests[name]
-        cells = [f"{pct(t[f'top-{k}'])} ({pct(t['ci95'][f'top-{k}'][0])}-{pct(t['ci95'][f'top-{k}'][1])})" for k in KS]
         lines.append(f"| {name} | {c[-1]['step']:,} | {c[-1]['cpu_min']:.0f} | {pct(best['top1'])} ({best['step']:,}) "
-                     f"| {pct(at['top1'])} | {t['items']:,} | " + " | ".join(cells) + f" | {pct(t['invalid@1'])} |")
+                     f"| {pct(at['top1'])} | {c[-1]['loss']:.3f} |")
+    lines += ["", "| arm | checkpoint step | CPU min | test items | top-1 | top-3 | top-5 | top-10 | invalid@1 |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, run in runs.items():
+        cpu = {p["step"]: p["cpu_min"] for p in curves[name]}
+        for t in test_reports(run, args.samples, args.temperature):
+            cells = [f"{pct(t[f'top-{k}'])} ({pct(t['ci95'][f'top-{k}'][0])}-{pct(t['ci95'][f'top-{k}'][1])})"
+                     for k in KS]
+            lines.append(f"| {name} | {t['step']:,} | {cpu.get(t['step'], float('nan')):.0f} | {t['items']:,} | "
+                         + " | ".join(cells) + f" | {pct(t['invalid@1'])} |")
+    steps = sorted({p["step"] for c in curves.values() for p in c})
     lines += ["", f"![validation top-1 and loss against CPU minutes](benchmarks/figures/{FIGURE.name})", "",
-              "Validation top-1 by CPU minutes:", "",
-              "| arm | " + " | ".join(f"{p['cpu_min']:.0f}" for p in next(iter(curves.values()))) + " |",
-              "|---|" + "---:|" * len(next(iter(curves.values())))]
+              "Validation top-1 (%) by training step, with the CPU minutes spent by then:", "",
+              "| arm | " + " | ".join(f"{s:,}" for s in steps) + " |", "|---|" + "---:|" * len(steps)]
     for name, c in curves.items():
-        lines.append(f"| {name} (CPU min: top-1) | " + " | ".join(f"{p['cpu_min']:.0f}: {pct(p['top1'])}" for p in c) + " |")
+        at = {p["step"]: p for p in c}
+        lines.append(f"| {name} | " + " | ".join(f"{pct(at[s]['top1'])} ({at[s]['cpu_min']:.0f} min)" if s in at
+                                                 else "" for s in steps) + " |")
 
     if args.decoding:
         if not args.valid:
             ap.error("--decoding needs --valid")
         first = next(iter(runs.values()))
-        configs = [("sample 10 (default)", dict(samples=10)),
-                   ("sample 20, keep the 10 most likely distinct", dict(samples=20, keep=10)),
-                   ("sample 10 at temperature 0.7", dict(samples=10, temperature=0.7)),
+        configs = [("sample 10 at temperature 1", dict(samples=10)),
+                   ("sample 20 at temperature 1, keep the 10 most likely distinct", dict(samples=20, keep=10)),
+                   ("sample 10 at temperature 0.7 (retro's default)", dict(samples=10, temperature=0.7)),
                    ("sample 20 at temperature 0.7, keep 10", dict(samples=20, temperature=0.7, keep=10))]
         lines += ["", f"Decoding on {args.decoding} seeded validation products, `{first.name}`'s best/, one after "
                   "another on the same machine:", "",
