@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The shipped model's results table: every task through `logos generate` defaults (T = 1.0, constrained),
-# scored by `logos evaluate` (or the benchmark scripts beside this one, which call it), then summarized by
-# benchmarks/logos_tiny_table.py into $OUT/results.md and $OUT/results.json.
+# The shipped model's results table: every task through `logos generate` defaults (constrained, the task's
+# temperature: 0.7 for retro, 1.0 for the rest), scored by `logos evaluate` (or the benchmark scripts beside this
+# one, which call it), then summarized by benchmarks/logos_tiny_table.py into $OUT/results.md and results.json.
 #
 #   DATA=DIR CORPUS=DIR benchmarks/logos_tiny_eval.sh [OUT]
 #
