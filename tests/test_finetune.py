@@ -165,6 +165,39 @@ def test_lora_merged_export_reproduces_the_live_model(reactions, tmp_path):
     torch.testing.assert_close(merged, live, rtol=1e-4, atol=1e-4)  # ... and the merged export is that model
 
 
+def test_best_checkpoint_ties_go_to_the_lower_validation_loss():
+    from logos.finetune.run import Scored
+
+    first = Scored(0.0, 500, 2.0)
+    assert Scored(0.0, 1000, 1.5).beats(first)            # a tie: the lower validation loss
+    assert not Scored(0.0, 1000, 2.5).beats(first)
+    assert not Scored(0.0, 1000, None).beats(first)       # no loss at that step: the earlier stays
+    assert Scored(0.005, 1000, 9.0).beats(first)          # a higher metric wins whatever the loss
+    assert not Scored(0.0, 1000, 0.1).beats(Scored(0.005, 500, 2.0))
+    assert Scored(0.0, 500, None).beats(None)
+
+
+def test_finetune_keeps_the_best_scored_export_as_best(reactions, tmp_path):
+    """Every checkpoint is scored on held-out products (top-1) with the validation loss beside it; best/ is the
+    export the rule picks from that log, and the log survives a resume."""
+    from logos.finetune import finetune
+    from logos.finetune.run import Scored
+
+    recipe = _recipe(tmp_path, reactions, "run", "train.save_every=4", "train.eval_every=4",
+                     "finetune.metric_items=4", "finetune.metric_samples=2")
+    result = finetune(recipe, progress=False, echo=lambda line: None)
+    rows = list(csv.DictReader(open(tmp_path / "run" / "task_metrics.csv")))
+    assert [int(r["step"]) for r in rows] == [4, 8, 12] and all(r["val_loss"] for r in rows)
+    best = None
+    for r in rows:
+        scored = Scored(float(r["value"]), int(r["step"]), float(r["val_loss"]))
+        best = scored if scored.beats(best) else best
+    if len({r["value"] for r in rows}) == 1:  # all tied: the lowest validation loss
+        assert best.step == int(min(rows, key=lambda r: float(r["val_loss"]))["step"])
+    assert result.best_step == best.step == int(rows[-1]["best_step"])
+    assert json.loads((tmp_path / "run" / "best" / "logos_run.json").read_text())["step"] == best.step
+
+
 @pytest.mark.slow
 def test_killed_finetune_resumes_exactly(reactions, tmp_path):
     from fault_injection import env as fault_env

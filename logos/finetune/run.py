@@ -8,7 +8,8 @@ handling as pretraining. After every checkpoint the task's own metric is compute
 ``finetune.metric_items`` held-out items by generating from the fresh export (the same code as
 ``logos generate`` and ``logos evaluate``): top-1 exact match for ``retro``/``forward``, exact match of
 the completion for other tasks. It is logged to ``task_metrics.csv`` and the best export is kept as
-``best/`` (ties keep the earlier one).
+``best/``: a tie (common while a few held-out items are right) goes to the lower validation loss, when the
+trainer evaluated at both steps, else keeps the earlier one.
 """
 
 from __future__ import annotations
@@ -140,6 +141,24 @@ def describe(recipe: Recipe) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class Scored:
+    """One scored checkpoint: the task metric (rounded as logged), its step, the validation loss there (or None)."""
+
+    value: float
+    step: int
+    val_loss: float | None = None
+
+    def beats(self, other: "Scored | None") -> bool:
+        """A higher metric wins; a tie goes to the lower validation loss where both have one, else to ``other``."""
+        if other is None or self.value != other.value:
+            return other is None or self.value > other.value
+        return self.val_loss is not None and other.val_loss is not None and self.val_loss < other.val_loss
+
+
+LOG_FIELDS = ["step", "metric", "value", "items", "best_step", "val_loss"]
+
+
 class TaskMetric:
     """The task's metric on held-out items, from the run's fresh export; keeps ``best/`` (see the module docstring)."""
 
@@ -147,14 +166,23 @@ class TaskMetric:
         self.recipe, self.echo = recipe, echo
         self.out = Path(recipe.train.out_dir)
         self.items = self._held_out(data)
-        self.best: tuple[float, int] | None = None
-        log = self.out / "task_metrics.csv"
-        if log.exists():
-            rows = list(csv.DictReader(open(log)))
-            scored = [(float(r["value"]), -int(r["step"])) for r in rows]
-            if scored:
-                value, neg_step = max(scored)
-                self.best = (value, -neg_step)
+        self.best: Scored | None = None
+        self.log = self.out / "task_metrics.csv"
+        if self.log.exists():  # a resumed run: the best so far, in the order it was scored
+            rows = list(csv.DictReader(open(self.log)))
+            for r in rows:
+                scored = Scored(float(r["value"]), int(r["step"]), float(r["val_loss"]) if r.get("val_loss") else None)
+                self.best = scored if scored.beats(self.best) else self.best
+            if rows and "val_loss" not in rows[0]:  # a log written before the column: rewritten with it, empty
+                self._write(rows, mode="w")
+
+    def _write(self, rows: list[dict], mode: str = "a") -> None:
+        new = mode == "w" or not self.log.exists()
+        with open(self.log, mode, newline="") as fh:
+            w = csv.DictWriter(fh, LOG_FIELDS, restval="")
+            if new:
+                w.writeheader()
+            w.writerows(rows)
 
     def _held_out(self, data: Path) -> list[dict]:
         f = self.recipe.finetune
@@ -215,25 +243,22 @@ class TaskMetric:
         if not self.items or not trainer.dist.is_main:
             trainer.dist.barrier()
             return
-        value = self.score(self.out / "hf")
         step = trainer.step_count
-        improved = self.best is None or value > self.best[0]
+        at = trainer.last_val
+        scored = Scored(round(self.score(self.out / "hf"), 4), step, at[1] if at and at[0] == step else None)
+        improved = scored.beats(self.best)
         if improved:
             tmp = self.out / "best.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
             shutil.copytree(self.out / "hf", tmp)
             shutil.rmtree(self.out / "best", ignore_errors=True)
             tmp.replace(self.out / "best")
-            self.best = (value, step)
-        log = self.out / "task_metrics.csv"
-        new = not log.exists()
-        with open(log, "a", newline="") as fh:
-            w = csv.writer(fh)
-            if new:
-                w.writerow(["step", "metric", "value", "items", "best_step"])
-            w.writerow([step, self.name, f"{value:.4f}", len(self.items), self.best[1]])
-        self.echo(f"finetune: step {step} {self.name} {value:.3f} on {len(self.items)} held-out items"
-                  + (" (best so far -> best/)" if improved else f" (best {self.best[0]:.3f} at step {self.best[1]})"))
+            self.best = scored
+        self._write([{"step": step, "metric": self.name, "value": f"{scored.value:.4f}", "items": len(self.items),
+                      "best_step": self.best.step,
+                      "val_loss": "" if scored.val_loss is None else f"{scored.val_loss:.6f}"}])
+        self.echo(f"finetune: step {step} {self.name} {scored.value:.3f} on {len(self.items)} held-out items"
+                  + (" (best so far -> best/)" if improved else f" (best {self.best.value:.3f} at step {self.best.step})"))
         trainer.dist.barrier()
 
 
@@ -268,4 +293,4 @@ def finetune(recipe: Recipe, resume: bool = False, progress: bool | None = None,
     trainer = Trainer(recipe, resume=resume, progress=progress, echo=echo, after_save=metric)
     result = trainer.train()
     best = metric.best if metric else None
-    return FinetuneResult(result, n, best[0] if best else None, best[1] if best else None)
+    return FinetuneResult(result, n, best.value if best else None, best.step if best else None)

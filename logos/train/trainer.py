@@ -113,6 +113,7 @@ class Trainer:
         self.elapsed = 0.0  # training seconds before this process (resumed runs)
         self.cpu_elapsed = 0.0  # CPU seconds (all threads of this process) before this process
         self.val_by_domain: dict[str, float | None] = {}
+        self.last_val: tuple[int, float] | None = None  # (step, validation loss) of the latest evaluation
         self.skipped: set[int] = set()  # data positions of batches left out (faults.py), carried by checkpoints
         self.skips = 0                  # ... of them, left out by this process
         self.stopped_by: str | None = None
@@ -287,6 +288,8 @@ class Trainer:
         now = time.perf_counter()
         tps = (self.tokens_seen - window[1]) / max(1e-9, now - window[0])
         val = self.eval_loss() if evaluate else None
+        if val is not None:
+            self.last_val = (self.step_count, val)
         lr = self.scheduler.get_last_lr()[0]
         if log is not None:
             row = {"step": self.step_count, "tokens": self.tokens_seen, "elapsed_s": round(self.elapsed_total(), 2),
