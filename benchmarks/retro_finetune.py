@@ -251,8 +251,12 @@ def main() -> int:
               "python benchmarks/scratch_init.py checkpoints/logos-tiny runs/scratch-init",
               "logos finetune --config finetune/retro.yaml ... --set train.init_from=runs/scratch-init "
               "--set train.out_dir=runs/retro-scratch",
+              "git archive 37a4b54^ checkpoints/tiny-moses | tar -x -C runs   # the earlier molecule-only model",
+              "logos finetune --config finetune/retro.yaml ... --set train.init_from=runs/checkpoints/tiny-moses "
+              "--set train.out_dir=runs/retro-moses --set train.max_steps=2000",
               "python benchmarks/retro_finetune.py --run pretrained=runs/retro-pretrained --run scratch=runs/retro-scratch \\",
-              "    --test raw_test.csv.xz --valid raw_valid.csv.xz --decoding 200", "```", END]
+              "    --run molecule-only=runs/retro-moses --test raw_test.csv.xz --items 1000 --last \\",
+              "    --valid raw_valid.csv.xz --decoding 100", "```", END]
     text = "\n".join(lines)
     print(text)
     if not args.no_write:
