@@ -11,8 +11,7 @@ from a random model of the same shape and tokenizer, ``benchmarks/scratch_init.p
    ``RUN/test_stepSTEP_ITEMS/`` (STEP: the training step of ``best/``) and is reused on a rerun with the same
    checkpoint and settings unless ``--rescore``; the table lists every such report of a run, so a run that
    trained on keeps the scores of its earlier best; ``--last`` also scores the run's last export (``hf/``) where
-   it is not ``best/`` (validation top-1 ties keep the earlier step, so a run whose top-1 never rose keeps its
-   first checkpoint);
+   it is not ``best/`` (a selection by 200 products moves one product at a time);
 3. with ``--decoding N``: on N seeded validation products and the first run's ``best/``, sampling ``-n 10``
    at temperature 1 and 0.7 (retro's default), each also sampling 20 and keeping the 10 most likely distinct
    answers, timed side by side;
@@ -40,14 +39,15 @@ KS = (1, 3, 5, 10)
 
 
 def curve(run: Path) -> list[dict]:
-    """Per scored step: step, CPU minutes, validation top-1, training loss at that step."""
+    """Per scored step: step, CPU minutes, validation top-1, training loss at that step, and the step the trainer
+    had kept as best/ by then."""
     train = {int(r["step"]): r for r in csv.DictReader(open(run / "metrics.csv")) if r.get("loss")}
     out = []
     for r in csv.DictReader(open(run / "task_metrics.csv")):
         step = int(r["step"])
         near = train.get(step) or train[max(s for s in train if s <= step)]
         out.append({"step": step, "cpu_min": float(near["cpu_s"]) / 60, "top1": float(r["value"]),
-                    "loss": float(near["loss"]), "items": int(r["items"])})
+                    "loss": float(near["loss"]), "items": int(r["items"]), "best_step": int(r["best_step"])})
     return out
 
 
@@ -157,10 +157,9 @@ def test_reports(run: Path, samples: int, temperature: float) -> list[dict]:
 
 def start_of(run: Path) -> str:
     """Where a finetune run started: its recipe's ``train.init_from`` (the folder name)."""
-    for line in (run / "recipe.yaml").read_text().splitlines():
-        if line.strip().startswith("init_from:"):
-            return Path(line.split(":", 1)[1].strip()).name
-    return "?"
+    import yaml
+
+    return Path(yaml.safe_load((run / "recipe.yaml").read_text())["train"]["init_from"]).name
 
 
 def main() -> int:
@@ -187,10 +186,11 @@ def main() -> int:
     for name, run in runs.items():
         print(f"retro_finetune: scoring {name}'s best/ on the test split", file=sys.stderr)
         items = arm_items.get(name, args.items)
-        picks = [run / "best"] + ([run / "hf"] if args.last and checkpoint_step(run / "hf") != checkpoint_step(
-            run / "best") else [])
-        for ckpt in picks:
-            score(ckpt, args.test, run / f"test_step{checkpoint_step(ckpt)}_{items or 'all'}", args.samples, items, 0,
+        picks = {checkpoint_step(run / "best"): run / "best"}
+        if args.last:
+            picks.setdefault(checkpoint_step(run / "hf"), run / "hf")
+        for step, ckpt in picks.items():
+            score(ckpt, args.test, run / f"test_step{step}_{items or 'all'}", args.samples, items, 0,
                   temperature=args.temperature, rescore=args.rescore)
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
@@ -208,7 +208,7 @@ def main() -> int:
              "| arm | steps | CPU min | best val top-1 (step) | val top-1 at "
              f"{budget:.0f} CPU min | training loss at the end |", "|---|---:|---:|---|---:|---:|"]
     for name, c in curves.items():
-        best = max(c, key=lambda p: (p["top1"], -p["step"]))
+        best = next(p for p in c if p["step"] == c[-1]["best_step"])  # the trainer's choice
         at = max((p for p in c if p["cpu_min"] <= budget + 1e-9), key=lambda p: p["top1"])
         lines.append(f"| {name} | {c[-1]['step']:,} | {c[-1]['cpu_min']:.0f} | {pct(best['top1'])} ({best['step']:,}) "
                      f"| {pct(at['top1'])} | {c[-1]['loss']:.3f} |")
